@@ -1,0 +1,170 @@
+"""The normalized training-job model every platform dialect translates to and from.
+
+Platforms disagree on names and states (reference: ``shared/reference/platforms.md`` §0.1); the
+rest of the provider (hooks, trigger, operators) only ever sees these types. All of them are
+pydantic v2 models so they serialize to JSON for XCom and trigger events unchanged.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class JobState(StrEnum):
+    """Common training-job lifecycle (platforms.md §0.1).
+
+    ``pending → queued → starting → running → stopping → succeeded | failed | cancelled``.
+    """
+
+    PENDING = "pending"
+    QUEUED = "queued"
+    STARTING = "starting"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def is_terminal(self) -> bool:
+        """True for ``succeeded``, ``failed`` and ``cancelled``: the job will not change again."""
+        return self in TERMINAL_STATES
+
+
+TERMINAL_STATES: frozenset[JobState] = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+
+class Progress(_Model):
+    """Where training is: epoch/step counters, percent complete (0–100) and ETA in seconds."""
+
+    epoch: int | None = None
+    total_epochs: int | None = None
+    step: int | None = None
+    total_steps: int | None = None
+    percent: float | None = None
+    eta_seconds: float | None = None
+
+
+class Checkpoint(_Model):
+    """A saved model state.
+
+    ``kind`` is the platform's checkpoint type (``automatic``, ``best``, ``manual``, ``final``);
+    ``path`` is the storage location when the platform reports one (TensorOne: download URL or, on
+    the local platform, the file path).
+    """
+
+    id: str
+    epoch: int | None = None
+    step: int | None = None
+    kind: str | None = None
+    path: str | None = None
+    metrics: dict[str, float] = Field(default_factory=dict)
+    created_at: datetime | None = None
+
+
+class Cost(_Model):
+    """Spend in USD: ``total_usd`` so far (final once the job is terminal) and the estimate."""
+
+    total_usd: float | None = None
+    estimated_total_usd: float | None = None
+    breakdown_usd: dict[str, float] = Field(default_factory=dict)
+
+
+class JobEvent(_Model):
+    """One platform event (type, level, message) as the platform reported it, in platform order."""
+
+    type: str
+    message: str = ""
+    level: str = "info"
+    created_at: datetime | None = None
+
+
+class TrainingJob(_Model):
+    """A training job as the provider sees it, whatever the platform.
+
+    :ivar id: the platform's job id (TensorOne ``jobId``).
+    :ivar platform: dialect name, e.g. ``"tensorone"``.
+    :ivar state: normalized lifecycle state.
+    :ivar raw_status: the platform's own status string, unchanged.
+    :ivar message: failure reason or status message when the platform gives one.
+    :ivar metrics: latest metrics by name (``loss``, ``accuracy``, ``validation_accuracy``...).
+    :ivar checkpoints: checkpoints known so far, oldest first.
+    :ivar cost: spend in USD.
+    :ivar console_url: a link a person can open for this job.
+    :ivar tags: identity tags the job carries (``airflow-*`` tags set by this provider).
+    """
+
+    id: str
+    platform: str
+    state: JobState
+    raw_status: str
+    name: str | None = None
+    message: str | None = None
+    progress: Progress = Field(default_factory=Progress)
+    metrics: dict[str, float] = Field(default_factory=dict)
+    checkpoints: list[Checkpoint] = Field(default_factory=list)
+    cost: Cost = Field(default_factory=Cost)
+    console_url: str | None = None
+    tags: list[str] = Field(default_factory=list)
+    created_at: datetime | None = None
+    started_at: datetime | None = None
+    updated_at: datetime | None = None
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state.is_terminal
+
+    @property
+    def latest_checkpoint(self) -> Checkpoint | None:
+        return self.checkpoints[-1] if self.checkpoints else None
+
+    @property
+    def final_checkpoint(self) -> Checkpoint | None:
+        """The checkpoint written on cancel or completion (``kind == "final"``), else the latest."""
+        finals = [c for c in self.checkpoints if c.kind == "final"]
+        return finals[-1] if finals else self.latest_checkpoint
+
+
+class CancelRequest(_Model):
+    """What to ask the platform when cancelling (TensorOne cancel body, platforms.md §1.6).
+
+    :ivar reason: free text shown on the platform.
+    :ivar preserve_checkpoints: keep checkpoints already written.
+    :ivar create_final_checkpoint: ask the job to save one more checkpoint before it stops
+        (only honoured by platforms whose capabilities include it, and only while running).
+    :ivar force: stop at once (SIGKILL-like); may lose data.
+    """
+
+    reason: str = "cancelled by Airflow"
+    preserve_checkpoints: bool = True
+    create_final_checkpoint: bool = True
+    force: bool = False
+
+
+class CancelResult(_Model):
+    """What a cancel achieved.
+
+    :ivar job_id: the job cancelled.
+    :ivar state: the job state after the cancel call (``stopping`` or ``cancelled``; after a
+        confirmed cancel, the terminal state).
+    :ivar already_terminal: the job had already ended; nothing was cancelled.
+    :ivar final_checkpoint_id: checkpoint saved by the cancel, if any.
+    :ivar final_metrics: metrics at the moment of cancelling.
+    :ivar cost: spend in USD up to the cancel.
+    """
+
+    job_id: str
+    state: JobState
+    already_terminal: bool = False
+    final_checkpoint_id: str | None = None
+    final_checkpoint_path: str | None = None
+    final_metrics: dict[str, Any] = Field(default_factory=dict)
+    cost: Cost = Field(default_factory=Cost)

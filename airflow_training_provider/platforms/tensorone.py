@@ -1,0 +1,365 @@
+"""TensorOne v2 training REST API dialect (``shared/reference/platforms.md`` §1).
+
+Endpoints: create ``POST /v2/training/jobs``, get ``GET /v2/training/jobs/{id}``, cancel
+``POST /v2/training/jobs/{id}/cancel``, checkpoints ``GET /v2/training/jobs/{id}/checkpoints``,
+list ``GET /v2/training/jobs?tag=…`` (list is [UNCONFIRMED] upstream; the local platform is the
+contract). Bearer auth. The docs show two create shapes; both validate here. Wire models accept
+unknown fields so a vendor adding fields never breaks a poll.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+
+from airflow_training_provider.errors import InvalidJobSpecError
+from airflow_training_provider.models import (
+    CancelRequest,
+    CancelResult,
+    Checkpoint,
+    Cost,
+    JobState,
+    Progress,
+    TrainingJob,
+)
+from airflow_training_provider.platforms.base import ApiRequest, Capabilities, Credentials, Dialect
+
+# -- wire models: responses (§1.3, §1.4, §1.6) ---------------------------------------------------
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+class WireProgress(_Wire):
+    currentEpoch: int | None = None
+    totalEpochs: int | None = None
+    currentStep: int | None = None
+    totalSteps: int | None = None
+    percentComplete: float | None = None
+    estimatedTimeRemaining: str | float | None = None
+
+
+class WireCheckpoint(_Wire):
+    checkpointId: str
+    name: str | None = None
+    epoch: int | None = None
+    step: int | None = None
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    size: str | int | None = None
+    type: str | None = None
+    downloadUrl: str | None = None
+    path: str | None = None  # local-platform extension: the checkpoint file
+    createdAt: datetime | None = None
+
+
+class WireCosts(_Wire):
+    currentCost: float | None = None
+    estimatedTotalCost: float | None = None
+    costBreakdown: dict[str, float] = Field(default_factory=dict)
+
+
+class WireTimestamps(_Wire):
+    createdAt: datetime | None = None
+    startedAt: datetime | None = None
+    lastUpdated: datetime | None = None
+
+
+class WireJob(_Wire):
+    """``GET /v2/training/jobs/{jobId}`` (§1.4); also the create response (§1.3), which is a subset."""
+
+    jobId: str
+    name: str | None = None
+    status: str
+    progress: WireProgress | None = None
+    metrics: dict[str, Any] | None = None
+    checkpoints: list[WireCheckpoint] = Field(default_factory=list)
+    costs: WireCosts | None = None
+    estimatedCost: dict[str, Any] | None = None
+    timestamps: WireTimestamps | None = None
+    createdAt: datetime | None = None
+    tags: list[str] = Field(default_factory=list)
+    # No failure field is documented (§1.4); surface these when present.
+    error: str | dict[str, Any] | None = None
+    message: str | None = None
+    consoleUrl: str | None = None
+
+
+class WireCancellationDetails(_Wire):
+    cancelledAt: datetime | None = None
+    reason: str | None = None
+    finalCheckpointCreated: bool | None = None
+    finalCheckpointId: str | None = None
+    resourcesReleased: bool | None = None
+
+
+class WireCostSummary(_Wire):
+    totalCost: float | None = None
+    costBreakdown: dict[str, float] = Field(default_factory=dict)
+    estimatedSavings: float | None = None
+
+
+class WireCancelResponse(_Wire):
+    """``POST /v2/training/jobs/{jobId}/cancel`` answer (§1.6)."""
+
+    jobId: str
+    status: str
+    cancellationDetails: WireCancellationDetails | None = None
+    finalMetrics: dict[str, Any] = Field(default_factory=dict)
+    costSummary: WireCostSummary | None = None
+
+
+class WireCheckpointList(_Wire):
+    checkpoints: list[WireCheckpoint] = Field(default_factory=list)
+    totalCount: int | None = None
+
+
+class WireJobList(_Wire):
+    jobs: list[WireJob] = Field(default_factory=list)
+    totalCount: int | None = None
+
+
+class WireErrorEnvelope(_Wire):
+    """Error envelope of every endpoint (§1.7)."""
+
+    error: str | None = None
+    message: str | None = None
+    code: int | None = None
+    details: dict[str, Any] | None = None
+    request_id: str | None = None
+
+
+# -- spec validation: both documented create shapes (§1.3) ----------------------------------------
+
+
+class _TrainingParams(_Wire):
+    epochs: PositiveInt | None = None
+    batch_size: PositiveInt | None = None
+    learning_rate: float | None = None
+
+
+class _Config(_Wire):
+    baseModel: str | None = None
+    strategy: str | None = None
+    training: _TrainingParams | None = None
+
+
+class _Hyperparameters(_Wire):
+    learningRate: float | None = None
+    batchSize: PositiveInt | None = None
+    epochs: PositiveInt | None = None
+    optimizer: str | None = None
+
+
+class _Infrastructure(_Wire):
+    gpuType: str | None = None
+    gpuCount: PositiveInt | None = None
+
+
+class _DatasetConfig(_Wire):
+    datasetId: str | None = None
+    datasetUrl: str | None = None
+    format: str | None = None
+
+
+class TensorOneJobSpec(_Wire):
+    """A TensorOne create-job body, either the prose shape or the OpenAPI shape (§1.3)."""
+
+    name: str = Field(min_length=1, max_length=100)
+    description: str | None = None
+    modelType: Literal["llm", "vision", "multimodal", "custom"] | None = None
+    datasetId: str | None = None
+    datasetConfig: _DatasetConfig | None = None
+    config: _Config | None = None
+    hyperparameters: _Hyperparameters | None = None
+    infrastructure: _Infrastructure | None = None
+    gpuType: Literal["a100", "h100", "v100", "rtx4090"] | None = None
+    maxWorkers: int | None = Field(default=None, ge=1, le=32)
+    priority: Literal["high", "normal", "low"] | None = None
+    tags: list[str] = Field(default_factory=list)
+
+
+# -- the dialect ---------------------------------------------------------------------------------
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([hms])")
+_UNIT_SECONDS = {"h": 3600, "m": 60, "s": 1}
+
+
+def parse_duration(value: str | float | None) -> float | None:
+    """``"1h 10m"`` / ``"40m"`` / ``"12s"`` / a number of seconds → seconds; ``None`` if unreadable."""
+    if value is None:
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    parts = _DURATION.findall(value)
+    return sum(float(n) * _UNIT_SECONDS[u] for n, u in parts) if parts else None
+
+
+_METRIC_NAMES = {
+    "loss": "loss",
+    "accuracy": "accuracy",
+    "validationLoss": "validation_loss",
+    "validationAccuracy": "validation_accuracy",
+    "learningRate": "learning_rate",
+}
+
+
+def _numeric_metrics(raw: dict[str, Any] | None) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for key, value in (raw or {}).items():
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            out[_METRIC_NAMES.get(key, key)] = float(value)
+    return out
+
+
+class TensorOneDialect(Dialect):
+    """TensorOne v2 training jobs. Statuses per §1.5; ``paused`` is non-terminal (running)."""
+
+    name = "tensorone"
+    conn_type = "tensorone"
+    default_base_url = "https://api.tensorone.ai"
+    spec_model = TensorOneJobSpec
+    capabilities = Capabilities(
+        final_checkpoint_on_cancel=True, preserve_checkpoints_flag=True, events=False, list_jobs=True
+    )
+    status_map = {
+        "queued": JobState.QUEUED,
+        "initializing": JobState.STARTING,
+        "running": JobState.RUNNING,
+        "paused": JobState.RUNNING,
+        "cancelling": JobState.STOPPING,
+        "completed": JobState.SUCCEEDED,
+        "failed": JobState.FAILED,
+        "cancelled": JobState.CANCELLED,
+    }
+
+    def validate_spec(self, spec: dict[str, Any]) -> dict[str, Any]:
+        super().validate_spec(spec)
+        dataset_config = spec.get("datasetConfig") or {}
+        if not (spec.get("datasetId") or dataset_config.get("datasetId") or dataset_config.get("datasetUrl")):
+            raise InvalidJobSpecError(
+                "datasetId", "a dataset id is required (datasetId or datasetConfig.datasetId)", self.name
+            )
+        return spec
+
+    def with_tags(self, spec: dict[str, Any], tags: list[str]) -> dict[str, Any]:
+        own = [t for t in spec.get("tags", []) if t not in tags]
+        return {**spec, "tags": own + list(tags)}
+
+    def create_request(self, spec: dict[str, Any]) -> ApiRequest:
+        return ApiRequest("POST", "/v2/training/jobs", json=spec, idempotent=False)
+
+    def get_request(self, job_id: str) -> ApiRequest:
+        return ApiRequest("GET", f"/v2/training/jobs/{job_id}", params={"includeMetrics": "true"})
+
+    def cancel_request(self, job_id: str, cancel: CancelRequest) -> ApiRequest:
+        body = {
+            "reason": cancel.reason,
+            "preserveCheckpoints": cancel.preserve_checkpoints,
+            "createFinalCheckpoint": cancel.create_final_checkpoint,
+            "force": cancel.force,
+        }
+        return ApiRequest("POST", f"/v2/training/jobs/{job_id}/cancel", json=body)
+
+    def checkpoints_request(self, job_id: str) -> ApiRequest:
+        return ApiRequest(
+            "GET",
+            f"/v2/training/jobs/{job_id}/checkpoints",
+            params={"sortBy": "createdAt", "sortOrder": "asc"},
+        )
+
+    def list_request(self, tags: list[str]) -> ApiRequest:
+        return ApiRequest("GET", "/v2/training/jobs", params=[("tag", t) for t in tags] + [("limit", 100)])
+
+    def auth_headers(self, request: ApiRequest, credentials: Credentials) -> dict[str, str]:
+        return {"Authorization": f"Bearer {credentials.password or ''}"}
+
+    def console_url(self, base_url: str, job_id: str) -> str:
+        return f"{base_url.rstrip('/')}/v2/training/jobs/{job_id}"
+
+    # -- responses ---------------------------------------------------------------------------
+    def parse_created(self, body: Any) -> TrainingJob:
+        return self.parse_job(body)
+
+    def parse_job(self, body: Any) -> TrainingJob:
+        wire = WireJob.model_validate(body)
+        progress = wire.progress or WireProgress()
+        costs = wire.costs or WireCosts()
+        stamps = wire.timestamps or WireTimestamps()
+        estimated = (wire.estimatedCost or {}).get("totalCost")
+        message = wire.message
+        if isinstance(wire.error, dict):
+            message = message or wire.error.get("message")
+        elif wire.error and not message:
+            message = wire.error
+        return TrainingJob(
+            id=wire.jobId,
+            platform=self.name,
+            state=self.map_status(wire.status),
+            raw_status=wire.status,
+            name=wire.name,
+            message=message,
+            progress=Progress(
+                epoch=progress.currentEpoch,
+                total_epochs=progress.totalEpochs,
+                step=progress.currentStep,
+                total_steps=progress.totalSteps,
+                percent=progress.percentComplete,
+                eta_seconds=parse_duration(progress.estimatedTimeRemaining),
+            ),
+            metrics=_numeric_metrics(wire.metrics),
+            checkpoints=[self._checkpoint(c) for c in wire.checkpoints],
+            cost=Cost(
+                total_usd=costs.currentCost,
+                estimated_total_usd=costs.estimatedTotalCost
+                if costs.estimatedTotalCost is not None
+                else estimated,
+                breakdown_usd=costs.costBreakdown,
+            ),
+            console_url=wire.consoleUrl,
+            tags=wire.tags,
+            created_at=stamps.createdAt or wire.createdAt,
+            started_at=stamps.startedAt,
+            updated_at=stamps.lastUpdated,
+        )
+
+    @staticmethod
+    def _checkpoint(c: WireCheckpoint) -> Checkpoint:
+        return Checkpoint(
+            id=c.checkpointId,
+            epoch=c.epoch,
+            step=c.step,
+            kind=c.type,
+            path=c.path or c.downloadUrl,
+            metrics=_numeric_metrics(c.metrics),
+            created_at=c.createdAt,
+        )
+
+    def parse_cancel(self, job_id: str, body: Any) -> CancelResult:
+        wire = WireCancelResponse.model_validate(body)
+        details = wire.cancellationDetails or WireCancellationDetails()
+        summary = wire.costSummary or WireCostSummary()
+        return CancelResult(
+            job_id=wire.jobId,
+            state=self.map_status(wire.status),
+            final_checkpoint_id=details.finalCheckpointId
+            if details.finalCheckpointCreated is not False
+            else None,
+            final_metrics=wire.finalMetrics,
+            cost=Cost(total_usd=summary.totalCost, breakdown_usd=summary.costBreakdown),
+        )
+
+    def parse_checkpoints(self, body: Any) -> list[Checkpoint]:
+        return [self._checkpoint(c) for c in WireCheckpointList.model_validate(body).checkpoints]
+
+    def parse_list(self, body: Any) -> list[TrainingJob]:
+        return [self.parse_job(j.model_dump()) for j in WireJobList.model_validate(body).jobs]
+
+    def error_fields(self, body: Any) -> tuple[str | None, str | None, str | None]:
+        if not isinstance(body, dict):
+            return None, None, None
+        env = WireErrorEnvelope.model_validate(body)
+        return env.error, env.message, env.request_id

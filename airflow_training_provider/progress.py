@@ -1,0 +1,53 @@
+"""One-line progress reports for the task log, written only when something changed."""
+
+from __future__ import annotations
+
+import logging
+
+from airflow_training_provider.models import TrainingJob
+
+_SHOWN_METRICS = ("loss", "accuracy", "validation_loss", "validation_accuracy")
+
+
+def describe(job: TrainingJob) -> str:
+    """``job_x running (running): epoch 3/10, step 120/560, 21.4%, loss 0.3100, ETA 12 s, cost $0.0123``."""
+    parts = [f"{job.id} {job.state.value} ({job.raw_status})"]
+    p = job.progress
+    details = []
+    if p.epoch is not None:
+        details.append(f"epoch {p.epoch}/{p.total_epochs}" if p.total_epochs else f"epoch {p.epoch}")
+    if p.step is not None:
+        details.append(f"step {p.step}/{p.total_steps}" if p.total_steps else f"step {p.step}")
+    if p.percent is not None:
+        details.append(f"{p.percent:.1f}%")
+    details += [f"{name} {job.metrics[name]:.4f}" for name in _SHOWN_METRICS if name in job.metrics]
+    if p.eta_seconds is not None and not job.is_terminal:
+        details.append(f"ETA {p.eta_seconds:.0f} s")
+    if job.cost.total_usd is not None:
+        details.append(f"cost ${job.cost.total_usd:.4f}")
+    if job.message and job.is_terminal:
+        details.append(f"message: {job.message}")
+    return parts[0] + (": " + ", ".join(details) if details else "")
+
+
+class ProgressLog:
+    """Logs :func:`describe` of each polled job when state, epoch, step or metrics changed."""
+
+    def __init__(self, log: logging.Logger | logging.LoggerAdapter) -> None:
+        self._log = log
+        self._last: tuple | None = None
+
+    def update(self, job: TrainingJob) -> bool:
+        """Log ``job`` if it moved since the last call; return whether it logged."""
+        signature = (
+            job.state,
+            job.raw_status,
+            job.progress.epoch,
+            job.progress.step,
+            tuple(sorted(job.metrics.items())),
+        )
+        if signature == self._last:
+            return False
+        self._last = signature
+        self._log.info("Training job %s", describe(job))
+        return True
