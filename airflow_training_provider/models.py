@@ -168,3 +168,13 @@ class CancelResult(_Model):
     final_checkpoint_path: str | None = None
     final_metrics: dict[str, Any] = Field(default_factory=dict)
     cost: Cost = Field(default_factory=Cost)
+
+
+def cancel_conflict_result(job: TrainingJob) -> CancelResult | None:
+    """Read a 409 on cancel: the job already ended (a no-op, ``already_terminal``) or is already
+    stopping (someone else's cancel is in progress). ``None`` if neither: a real conflict."""
+    if job.is_terminal:
+        return CancelResult(job_id=job.id, state=job.state, already_terminal=True, cost=job.cost)
+    if job.state is JobState.STOPPING:
+        return CancelResult(job_id=job.id, state=job.state, cost=job.cost)
+    return None

@@ -17,7 +17,13 @@ from tenacity import Retrying
 
 from airflow_training_provider.errors import JobStateConflictError, TransientPlatformError
 from airflow_training_provider.hooks.transport import RetryPolicy, decode_response
-from airflow_training_provider.models import CancelRequest, CancelResult, Checkpoint, TrainingJob
+from airflow_training_provider.models import (
+    CancelRequest,
+    CancelResult,
+    Checkpoint,
+    TrainingJob,
+    cancel_conflict_result,
+)
 from airflow_training_provider.platforms import Credentials, Dialect, get_dialect
 from airflow_training_provider.platforms.base import ApiRequest
 
@@ -130,10 +136,10 @@ class TrainingPlatformHook(HttpHook):
         try:
             return self.dialect.parse_cancel(job_id, self.call(self.dialect.cancel_request(job_id, cancel)))
         except JobStateConflictError:
-            job = self.get_job(job_id)
-            if not job.is_terminal:
+            result = cancel_conflict_result(self.get_job(job_id))
+            if result is None:
                 raise
-            return CancelResult(job_id=job_id, state=job.state, already_terminal=True, cost=job.cost)
+            return result
 
     def cancel_and_confirm(
         self, job_id: str, cancel: CancelRequest | None = None, timeout: float = 120.0, interval: float = 2.0

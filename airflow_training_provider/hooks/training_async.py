@@ -18,7 +18,13 @@ from tenacity import AsyncRetrying
 
 from airflow_training_provider.errors import JobStateConflictError, TransientPlatformError
 from airflow_training_provider.hooks.transport import RetryPolicy, decode_response
-from airflow_training_provider.models import CancelRequest, CancelResult, JobEvent, TrainingJob
+from airflow_training_provider.models import (
+    CancelRequest,
+    CancelResult,
+    JobEvent,
+    TrainingJob,
+    cancel_conflict_result,
+)
 from airflow_training_provider.platforms import Credentials, Dialect, get_dialect
 from airflow_training_provider.platforms.base import ApiRequest
 
@@ -112,7 +118,7 @@ class AsyncTrainingPlatformClient:
                 job_id, await self.call(self.dialect.cancel_request(job_id, cancel))
             )
         except JobStateConflictError:
-            job = await self.get_job(job_id)
-            if not job.is_terminal:
+            result = cancel_conflict_result(await self.get_job(job_id))
+            if result is None:
                 raise
-            return CancelResult(job_id=job_id, state=job.state, already_terminal=True, cost=job.cost)
+            return result

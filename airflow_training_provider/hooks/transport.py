@@ -58,7 +58,7 @@ class RetryPolicy:
         :param budget: if given, retry transient errors for this many seconds (an outage budget)
             instead of ``max_attempts`` times.
         """
-        backoff = wait_exponential_jitter(initial=self.initial_backoff, max=self.max_backoff)
+        backoff = wait_exponential_jitter(multiplier=self.initial_backoff, max=self.max_backoff)
 
         def wait(state: RetryCallState) -> float:
             exc = state.outcome.exception() if state.outcome else None

@@ -1,188 +1,47 @@
 """Operators: submit a training job (and wait for it), cancel one.
 
-The submit operator's path: render + validate the spec → submit → job id and console URL to XCom →
-one status check → wait (deferred in the triggerer, or polling on the worker) → the final job as
-the return value, or a failure that says why. Whoever gives up on the task (worker ``on_kill``, the
-deferral deadline) cancels through the hook's one ``cancel_and_confirm`` path.
+The submit operator's path: render + validate the spec → find an earlier try's job (re-attach,
+adopt, or cancel it after a clear) or submit one tagged with the task instance → job id to XCom and
+the task state store → one status check → wait (deferred, or on the worker) → the final job as the
+return value, or a failure that says why.
 """
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Sequence
-from functools import cached_property
 from typing import Any
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.configuration import conf
-from airflow.sdk.exceptions import AirflowException
 
-from airflow_training_provider.errors import TrainingPlatformError, TransientPlatformError
-from airflow_training_provider.hooks.training import TrainingPlatformHook, complete_cancel_result
-from airflow_training_provider.hooks.transport import RetryPolicy
-from airflow_training_provider.models import CancelRequest, CancelResult, JobState, TrainingJob
-from airflow_training_provider.progress import ProgressLog, describe
-from airflow_training_provider.triggers.training_job import TrainingJobTrigger
+from airflow_training_provider.errors import JobNotFoundError
+from airflow_training_provider.hooks.training import TrainingPlatformHook
+from airflow_training_provider.identity import TaskIdentity
+from airflow_training_provider.kill_decisions import is_retry
+from airflow_training_provider.models import CancelRequest, JobState, TrainingJob
+from airflow_training_provider.operators._waiting import (
+    STATE_STORE_KEY,
+    LostContactWithPlatform,
+    TrainingJobCancelledByAirflow,
+    TrainingJobFailed,
+    TrainingJobWaitMixin,
+    job_outcome,
+    log_cancel,
+)
+from airflow_training_provider.progress import describe
+from airflow_training_provider.task_instance_lookup import JOB_ID_XCOM_KEY
 
-
-class TrainingJobFailed(AirflowException):
-    """The training job ended failed, or was cancelled by someone other than this task."""
-
-
-class TrainingJobCancelledByAirflow(AirflowException):
-    """This task gave up on the job (killed, timed out) and cancelled it."""
-
-
-def job_outcome(job: TrainingJob, *, cancelled_by_task: bool = False) -> dict[str, Any]:
-    """Map a terminal job to the task's outcome: the job as JSON on success, else raise.
-
-    :raises TrainingJobFailed: job failed (with the platform's message) or was cancelled outside
-        Airflow.
-    """
-    if job.state is JobState.SUCCEEDED:
-        return job.model_dump(mode="json")
-    if job.state is JobState.FAILED:
-        raise TrainingJobFailed(f"Training job {job.id} failed: {job.message or job.raw_status}")
-    if job.state is JobState.CANCELLED and not cancelled_by_task:
-        why = f" ({job.message})" if job.message else ""
-        raise TrainingJobFailed(f"Training job {job.id} was cancelled outside Airflow{why}")
-    raise TrainingJobFailed(f"Training job {job.id} ended {job.state.value}")
+__all__ = [
+    "CancelTrainingJobOperator",
+    "LostContactWithPlatform",
+    "SubmitTrainingJobOperator",
+    "TrainingJobCancelledByAirflow",
+    "TrainingJobFailed",
+    "job_outcome",
+]
 
 
-class _TrainingJobWaitMixin:
-    """Waiting, deferral and cancellation shared by the submit operator and the sensor."""
-
-    conn_id: str
-    poll_interval: float
-    outage_budget: float
-    cancel_on_kill: bool
-    preserve_checkpoints: bool
-    create_final_checkpoint: bool
-    confirm_cancel_timeout: float
-
-    def _init_wait_state(self) -> None:
-        self.job_id: str | None = None
-        self._stop = threading.Event()
-        self._kill_result: CancelResult | None = None
-
-    @cached_property
-    def hook(self) -> TrainingPlatformHook:
-        return TrainingPlatformHook(self.conn_id)
-
-    def cancel_request(self, reason: str) -> CancelRequest:
-        return CancelRequest(
-            reason=reason,
-            preserve_checkpoints=self.preserve_checkpoints,
-            create_final_checkpoint=self.create_final_checkpoint,
-        )
-
-    def cancel_and_report(self, hook: TrainingPlatformHook, reason: str) -> CancelResult:
-        """Cancel the job, wait (bounded) for the platform to confirm, log what was saved."""
-        result, job = hook.cancel_and_confirm(
-            self.job_id, self.cancel_request(reason), timeout=self.confirm_cancel_timeout
-        )
-        log_cancel(self.log, result, job)
-        return result
-
-    def wait_on_worker(self, job: TrainingJob) -> TrainingJob:
-        """Poll until terminal, holding the worker slot; ``on_kill`` wakes it up to stop."""
-        progress = ProgressLog(self.log)
-        progress.update(job)
-        while not job.is_terminal:
-            if self._stop.wait(self.poll_interval):
-                break
-            try:
-                job = self.hook.get_job(job.id, budget=self.outage_budget)
-            except TransientPlatformError as exc:
-                raise AirflowException(
-                    f"Lost contact with the platform for more than {self.outage_budget:.0f} s while polling "
-                    f"job {job.id}; the job was NOT cancelled and a retry re-attaches to it: {exc}"
-                ) from exc
-            progress.update(job)
-        if self._stop.is_set():
-            # The 3.3 SIGTERM handler only calls on_kill and returns: stop execute() here.
-            if self._kill_result is not None and not self._kill_result.already_terminal:
-                self._confirm_kill()
-            raise TrainingJobCancelledByAirflow(f"Task was killed; training job {self.job_id} was cancelled")
-        return job
-
-    def _confirm_kill(self) -> None:
-        """After ``on_kill`` asked for the cancel: wait (bounded) for the platform to finish it."""
-        deadline = time.monotonic() + self.confirm_cancel_timeout
-        job = self.hook.get_job(self.job_id)
-        while not job.is_terminal and time.monotonic() < deadline:
-            time.sleep(1.0)
-            job = self.hook.get_job(self.job_id)
-        log_cancel(self.log, complete_cancel_result(self._kill_result, job), job)
-
-    def defer_on(self, job: TrainingJob, method_name: str = "execute_complete") -> None:
-        self.defer(  # type: ignore[attr-defined]
-            trigger=TrainingJobTrigger(
-                conn_id=self.conn_id,
-                job_id=job.id,
-                poll_interval=self.poll_interval,
-                outage_budget=self.outage_budget,
-            ),
-            method_name=method_name,
-        )
-
-    def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
-        """Resume after the trigger fired: map its event to the task's outcome."""
-        status = event.get("status")
-        self.job_id = event.get("job_id", self.job_id)
-        if status == "terminal":
-            job = TrainingJob.model_validate(event["job"])
-            self.log.info("Training job %s", describe(job))
-            return job_outcome(job)
-        if status == "timeout":
-            self.cancel_and_report(self.hook, reason="Airflow execution_timeout reached")
-            raise TrainingJobCancelledByAirflow(f"Training job {self.job_id}: {event.get('message')}")
-        raise AirflowException(event.get("message") or f"Training job trigger failed: {event}")
-
-    def on_kill(self) -> None:
-        """Worker-side kill (SIGTERM, ``execution_timeout``): cancel, then make ``execute()`` stop.
-
-        Must return within a few seconds: on a server-initiated kill the supervisor SIGKILLs the
-        task 5 s after SIGTERM. So: one cancel call with a short timeout here (a fresh hook, since
-        the signal may interrupt a request of the main hook); confirmation happens in ``execute()``.
-        """
-        self._stop.set()
-        if not (self.job_id and self.cancel_on_kill):
-            return
-        hook = TrainingPlatformHook(self.conn_id, RetryPolicy(call_timeout=4.0, max_attempts=1))
-        try:
-            self._kill_result = hook.cancel_job(self.job_id, self.cancel_request("Airflow task was killed"))
-        except TrainingPlatformError as exc:
-            self.log.error("Cancelling training job %s on kill failed: %s", self.job_id, exc)
-            return
-        r = self._kill_result
-        self.log.warning(
-            "Task killed: cancel of training job %s requested (state %s, final checkpoint %s)",
-            self.job_id,
-            r.state.value,
-            r.final_checkpoint_id or "pending",
-        )
-
-
-def log_cancel(log: Any, result: CancelResult, job: TrainingJob) -> None:
-    if result.already_terminal:
-        log.info(
-            "Training job %s had already ended (%s); nothing to cancel", result.job_id, result.state.value
-        )
-        return
-    log.warning(
-        "Training job %s cancelled: state %s, final checkpoint %s (%s), final metrics %s, cost $%s",
-        result.job_id,
-        job.state.value,
-        result.final_checkpoint_id,
-        result.final_checkpoint_path,
-        result.final_metrics,
-        result.cost.total_usd,
-    )
-
-
-class SubmitTrainingJobOperator(_TrainingJobWaitMixin, BaseOperator):
+class SubmitTrainingJobOperator(TrainingJobWaitMixin, BaseOperator):
     """Submit a training job and (by default) wait for it to end.
 
     :param conn_id: connection of the platform; its type (``tensorone``...) picks the wire format.
@@ -194,16 +53,20 @@ class SubmitTrainingJobOperator(_TrainingJobWaitMixin, BaseOperator):
         ``[operators] default_deferrable``).
     :param poll_interval: seconds between status polls.
     :param outage_budget: seconds of failed polls tolerated before the task fails with "lost
-        contact" (the job is never cancelled for that).
-    :param cancel_on_kill: cancel the job when the task is killed.
+        contact" (the job is never cancelled for that; the retry re-attaches).
+    :param cancel_on_kill: cancel the job when Airflow gives up on the task.
+    :param cancel_on_mark_success: also cancel when a user marks the deferred task success.
+    :param reattach_on_clear: after a clear, re-attach to an earlier try's running job instead of
+        cancelling it and submitting a new one.
     :param preserve_checkpoints: on cancel, keep the job's checkpoints.
     :param create_final_checkpoint: on cancel, ask the job to save a final checkpoint (where the
         platform can).
     :param confirm_cancel_timeout: seconds to wait for the platform to confirm a cancel.
 
-    XCom: ``job_id`` and ``console_url`` are pushed right after submit (before waiting). Return
-    value: the final job (:class:`~airflow_training_provider.models.TrainingJob` as JSON: ``state``,
-    ``metrics``, ``checkpoints``, ``cost``...).
+    XCom: ``job_id`` and ``console_url`` right after submit (before waiting); ``cancel_result``
+    when this task cancelled the job. Return value: the final job
+    (:class:`~airflow_training_provider.models.TrainingJob` as JSON). The job id is also kept in
+    the task state store (key ``training_job``) for the next try.
     """
 
     template_fields: Sequence[str] = ("spec", "conn_id")
@@ -220,6 +83,8 @@ class SubmitTrainingJobOperator(_TrainingJobWaitMixin, BaseOperator):
         poll_interval: float = 30.0,
         outage_budget: float = 600.0,
         cancel_on_kill: bool = True,
+        cancel_on_mark_success: bool = False,
+        reattach_on_clear: bool = False,
         preserve_checkpoints: bool = True,
         create_final_checkpoint: bool = True,
         confirm_cancel_timeout: float = 60.0,
@@ -233,20 +98,23 @@ class SubmitTrainingJobOperator(_TrainingJobWaitMixin, BaseOperator):
         self.poll_interval = poll_interval
         self.outage_budget = outage_budget
         self.cancel_on_kill = cancel_on_kill
+        self.cancel_on_mark_success = cancel_on_mark_success
+        self.reattach_on_clear = reattach_on_clear
         self.preserve_checkpoints = preserve_checkpoints
         self.create_final_checkpoint = create_final_checkpoint
         self.confirm_cancel_timeout = confirm_cancel_timeout
         self._init_wait_state()
 
     def execute(self, context: Any) -> dict[str, Any]:
+        deadline = self.deadline_from_now()
         hook = self.hook
         spec = hook.dialect.validate_spec(self.spec)
-        job = hook.create_job(spec)
-        self.job_id = job.id
-        ti = context["ti"]
-        ti.xcom_push(key="job_id", value=job.id)
-        ti.xcom_push(key="console_url", value=job.console_url)
-        self.log.info("Submitted training job %s on %s: %s", job.id, hook.dialect.name, job.console_url)
+        identity = TaskIdentity.from_context(context)
+        job = self.previous_job_to_resume(context, identity)
+        if job is None:
+            job = hook.create_job(hook.dialect.with_tags(spec, identity.tags()))
+            self.log.info("Submitted training job %s on %s: %s", job.id, hook.dialect.name, job.console_url)
+        self.remember(context, identity, job)
         if not self.wait_for_completion:
             return job.model_dump(mode="json")
 
@@ -255,9 +123,64 @@ class SubmitTrainingJobOperator(_TrainingJobWaitMixin, BaseOperator):
             self.log.info("Training job %s", describe(job))
             return job_outcome(job)
         if self.deferrable:
-            self.defer_on(job)
-        job = self.wait_on_worker(job)
-        return job_outcome(job)
+            self.defer_on(job, context, deadline)
+        return job_outcome(self.wait_on_worker(job, context))
+
+    def remember(self, context: Any, identity: TaskIdentity, job: TrainingJob) -> None:
+        """Publish the job before waiting: XCom (this try) and the task state store (next tries)."""
+        self.job_id = job.id
+        ti = context["ti"]
+        ti.xcom_push(key=JOB_ID_XCOM_KEY, value=job.id)
+        ti.xcom_push(key="console_url", value=job.console_url)
+        store = context.get("task_state_store")
+        if store is not None:
+            store.set(
+                STATE_STORE_KEY,
+                {"job_id": job.id, "try_number": identity.try_number, "platform": self.hook.dialect.name},
+            )
+
+    def previous_job_to_resume(self, context: Any, identity: TaskIdentity) -> TrainingJob | None:
+        """What to do with an earlier try's job, if one exists.
+
+        * retry (or worker crash): running → re-attach; succeeded → adopt its result;
+          failed / cancelled / unknown → ``None`` (submit afresh);
+        * first try after a clear: running → cancel it (confirmed) and submit afresh, unless
+          ``reattach_on_clear`` — then re-attach to it.
+        """
+        previous_id = self._previous_job_id(context, identity)
+        if previous_id is None:
+            return None
+        try:
+            job = self.hook.get_job(previous_id, budget=self.outage_budget)
+        except JobNotFoundError:
+            return None
+        ti = context["ti"]
+        retry = is_retry(ti.try_number, ti.max_tries, self.retries or 0)
+        if retry or self.reattach_on_clear:
+            if not job.is_terminal:
+                self.log.info(
+                    "Re-attaching to training job %s of an earlier try (%s)", job.id, job.state.value
+                )
+                return job
+            if job.state is JobState.SUCCEEDED and retry:
+                self.log.info("Training job %s of an earlier try already succeeded: adopting it", job.id)
+                return job
+            return None
+        if not job.is_terminal:
+            self.log.warning("Task was cleared: cancelling training job %s of an earlier try first", job.id)
+            self.cancel_and_report(job.id, "Airflow task was cleared; a new try starts")
+        return None
+
+    def _previous_job_id(self, context: Any, identity: TaskIdentity) -> str | None:
+        store = context.get("task_state_store")
+        record = store.get(STATE_STORE_KEY) if store is not None else None
+        if isinstance(record, dict) and record.get("job_id"):
+            return str(record["job_id"])
+        if not self.hook.dialect.capabilities.list_jobs:
+            return None
+        # The worker may have died between submit and the store write: find the job by its tags.
+        jobs = [j for j in self.hook.list_jobs(identity.task_tags()) if not j.is_terminal]
+        return jobs[-1].id if jobs else None
 
 
 class CancelTrainingJobOperator(BaseOperator):

@@ -9,11 +9,11 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.configuration import conf
 
 from airflow_training_provider.hooks.training import TrainingPlatformHook
-from airflow_training_provider.operators.training_job import _TrainingJobWaitMixin, job_outcome
+from airflow_training_provider.operators._waiting import TrainingJobWaitMixin, job_outcome
 from airflow_training_provider.progress import ProgressLog
 
 
-class TrainingJobSensor(_TrainingJobWaitMixin, BaseSensorOperator):
+class TrainingJobSensor(TrainingJobWaitMixin, BaseSensorOperator):
     """Wait until training job ``job_id`` ends; succeed if it succeeded, fail otherwise.
 
     :param job_id: the platform's job id (templated).
@@ -21,8 +21,8 @@ class TrainingJobSensor(_TrainingJobWaitMixin, BaseSensorOperator):
     :param deferrable: wait in the triggerer (default ``[operators] default_deferrable``).
     :param poll_interval: seconds between polls (also the sensor's ``poke_interval``).
     :param outage_budget: seconds of failed polls tolerated before failing with "lost contact".
-    :param cancel_on_kill: cancel the job if this sensor is killed (default ``False``: the sensor
-        does not own the job).
+    :param cancel_on_kill: cancel the job if Airflow gives up on this sensor (default ``False``:
+        the sensor does not own the job).
 
     Returns the final job as JSON, like :class:`SubmitTrainingJobOperator`.
     """
@@ -52,6 +52,8 @@ class TrainingJobSensor(_TrainingJobWaitMixin, BaseSensorOperator):
         self.poll_interval = poll_interval
         self.outage_budget = outage_budget
         self.cancel_on_kill = cancel_on_kill
+        self.cancel_on_mark_success = False
+        self.reattach_on_clear = False
         self.preserve_checkpoints = preserve_checkpoints
         self.create_final_checkpoint = create_final_checkpoint
         self.confirm_cancel_timeout = confirm_cancel_timeout
@@ -63,7 +65,7 @@ class TrainingJobSensor(_TrainingJobWaitMixin, BaseSensorOperator):
         job = self.hook.get_job(self.job_id, budget=self.outage_budget)
         if job.is_terminal:
             return job_outcome(job)
-        self.defer_on(job)
+        self.defer_on(job, context, self.deadline_from_now())
 
     def poke(self, context: Any) -> PokeReturnValue:
         job = self.hook.get_job(self.job_id, budget=self.outage_budget)

@@ -13,11 +13,32 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
+from asgiref.sync import sync_to_async
 
 from airflow_training_provider.errors import TrainingPlatformError, TransientPlatformError
 from airflow_training_provider.hooks.training_async import AsyncTrainingPlatformHook
 from airflow_training_provider.hooks.transport import RetryPolicy
+from airflow_training_provider.identity import TaskIdentity
+from airflow_training_provider.kill_decisions import on_kill_decision
+from airflow_training_provider.models import CancelRequest
 from airflow_training_provider.progress import ProgressLog
+from airflow_training_provider.task_instance_lookup import current_job_id, task_instance_state
+
+# Strong references to in-flight on_kill cancellations: a task only weakly referenced by the loop
+# could be garbage-collected mid-cancel.
+_BACKGROUND_CANCELS: set[asyncio.Task] = set()
+
+
+DEFAULT_ON_KILL: dict[str, Any] = {
+    "cancel_on_kill": True,
+    "cancel_on_mark_success": False,
+    "reattach_on_clear": False,
+    "preserve_checkpoints": True,
+    "create_final_checkpoint": True,
+    "confirm_timeout": 60.0,
+    "verify_timeout": 60.0,
+    "cancel_if_unverified": False,
+}
 
 
 class TrainingJobTrigger(BaseTrigger):
@@ -30,6 +51,11 @@ class TrainingJobTrigger(BaseTrigger):
         ``timeout`` (the task's ``execution_timeout``, anchored on its first start); ``None`` = none.
     :param outage_budget: seconds of consecutive failed polls (429, 5xx, timeouts, resets, malformed
         bodies) tolerated before reporting ``lost_contact``.
+    :param identity: the task instance try (``TaskIdentity`` fields as a dict) — lets ``on_kill``
+        ask Airflow what happened to it.
+    :param cancel: ``on_kill`` options: ``cancel_on_kill``, ``cancel_on_mark_success``,
+        ``reattach_on_clear``, ``preserve_checkpoints``, ``create_final_checkpoint``,
+        ``confirm_timeout`` (seconds), ``verify_timeout`` (seconds), ``cancel_if_unverified``.
 
     Emits exactly one event, a dict with ``status``:
 
@@ -46,6 +72,8 @@ class TrainingJobTrigger(BaseTrigger):
         poll_interval: float = 30.0,
         deadline: float | None = None,
         outage_budget: float = 600.0,
+        identity: dict[str, Any] | None = None,
+        cancel: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.conn_id = conn_id
@@ -53,6 +81,8 @@ class TrainingJobTrigger(BaseTrigger):
         self.poll_interval = float(poll_interval)
         self.deadline = deadline
         self.outage_budget = float(outage_budget)
+        self.identity = identity
+        self.cancel = {**DEFAULT_ON_KILL, **(cancel or {})}
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         # Only plain JSON and never a secret: this lands in the trigger table.
@@ -64,6 +94,8 @@ class TrainingJobTrigger(BaseTrigger):
                 "poll_interval": self.poll_interval,
                 "deadline": self.deadline,
                 "outage_budget": self.outage_budget,
+                "identity": self.identity,
+                "cancel": self.cancel,
             },
         )
 
@@ -104,3 +136,80 @@ class TrainingJobTrigger(BaseTrigger):
         if self.deadline is None:
             return self.poll_interval
         return max(0.0, min(self.poll_interval, self.deadline - time.time()))
+
+    # -- on_kill: a user gave up on the task (or, in 3.3.2, the trigger moved to another triggerer) --
+    async def on_kill(self) -> None:
+        """Verify, then cancel — in a shielded background task.
+
+        3.3.2 re-cancels ``on_kill`` about every second (airflow-kill-paths.md §0), so the work runs
+        in its own task that the repeated cancellation cannot reach; awaiting it through
+        ``asyncio.shield`` keeps it alive while the triggerer process lives.
+        """
+        if not self.cancel["cancel_on_kill"]:
+            return
+        task = asyncio.get_running_loop().create_task(self._verify_and_cancel(), name=f"cancel-{self.job_id}")
+        _BACKGROUND_CANCELS.add(task)
+        task.add_done_callback(_BACKGROUND_CANCELS.discard)
+        await asyncio.shield(task)
+
+    async def _verify_and_cancel(self) -> None:
+        try:
+            decision = await asyncio.wait_for(self._decide(), timeout=self.cancel["verify_timeout"])
+        except Exception as exc:  # noqa: BLE001 - the API may be cold or down; the reaper backs us up
+            if not self.cancel["cancel_if_unverified"]:
+                self.log.error(
+                    "on_kill: could not verify the task's state (%s); NOT cancelling job %s", exc, self.job_id
+                )
+                return
+            self.log.warning("on_kill: could not verify the task's state (%s); cancelling anyway", exc)
+        else:
+            self.log.info(
+                "on_kill for job %s: %s → %s",
+                self.job_id,
+                decision.reason,
+                "cancel" if decision.cancel else "keep",
+            )
+            if not decision.cancel:
+                return
+        await self._cancel_and_confirm()
+
+    async def _decide(self):
+        if not self.identity:
+            raise RuntimeError("trigger has no task identity")
+        identity = TaskIdentity(**self.identity)
+        state = await sync_to_async(task_instance_state)(identity)
+        job_id = await sync_to_async(current_job_id)(identity)
+        return on_kill_decision(
+            state,
+            job_id,
+            self.job_id,
+            cancel_on_mark_success=self.cancel["cancel_on_mark_success"],
+            reattach_on_clear=self.cancel["reattach_on_clear"],
+        )
+
+    async def _cancel_and_confirm(self) -> None:
+        request = CancelRequest(
+            reason="Airflow task was killed (marked failed, cleared or its DAG run ended)",
+            preserve_checkpoints=self.cancel["preserve_checkpoints"],
+            create_final_checkpoint=self.cancel["create_final_checkpoint"],
+        )
+        hook = AsyncTrainingPlatformHook(self.conn_id, RetryPolicy(call_timeout=30.0))
+        async with hook.client() as client:
+            result = await client.cancel_job(self.job_id, request)
+            if result.already_terminal:
+                self.log.info("on_kill: job %s had already ended (%s)", self.job_id, result.state.value)
+                return
+            deadline = time.monotonic() + float(self.cancel["confirm_timeout"])
+            job = await client.get_job(self.job_id, budget=30.0)
+            while not job.is_terminal and time.monotonic() < deadline:
+                await asyncio.sleep(1.0)
+                job = await client.get_job(self.job_id, budget=30.0)
+        final = job.final_checkpoint
+        self.log.warning(
+            "on_kill: job %s %s; final checkpoint %s, metrics %s, cost $%s",
+            self.job_id,
+            job.state.value,
+            final.id if final else None,
+            job.metrics,
+            job.cost.total_usd,
+        )

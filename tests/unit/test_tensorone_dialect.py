@@ -56,7 +56,11 @@ GET_RESPONSE = {
             "createdAt": "2025-03-01T10:40:00Z",
         }
     ],
-    "costs": {"currentCost": 3.2, "estimatedTotalCost": 9.9, "costBreakdown": {"gpuCost": 3.0, "storageCost": 0.2}},
+    "costs": {
+        "currentCost": 3.2,
+        "estimatedTotalCost": 9.9,
+        "costBreakdown": {"gpuCost": 3.0, "storageCost": 0.2},
+    },
     "timestamps": {
         "createdAt": "2025-03-01T10:00:00Z",
         "startedAt": "2025-03-01T10:06:00Z",
@@ -75,7 +79,11 @@ CANCEL_RESPONSE = {
         "resourcesReleased": False,
     },
     "finalMetrics": {"finalEpoch": 1, "finalStep": 350, "finalLoss": 0.98, "trainingDuration": "44m"},
-    "costSummary": {"totalCost": 3.4, "costBreakdown": {"gpuCost": 3.2, "storageCost": 0.2}, "estimatedSavings": 6.5},
+    "costSummary": {
+        "totalCost": 3.4,
+        "costBreakdown": {"gpuCost": 3.2, "storageCost": 0.2},
+        "estimatedSavings": 6.5,
+    },
 }
 
 
@@ -89,7 +97,12 @@ def test_create_response_parses():
 def test_get_response_parses_progress_metrics_checkpoints_cost():
     job = D.parse_job(GET_RESPONSE)
     assert job.state is JobState.RUNNING
-    assert (job.progress.epoch, job.progress.total_epochs, job.progress.step, job.progress.percent) == (1, 2, 300, 37.5)
+    assert (job.progress.epoch, job.progress.total_epochs, job.progress.step, job.progress.percent) == (
+        1,
+        2,
+        300,
+        37.5,
+    )
     assert job.progress.eta_seconds == 2400
     assert job.metrics == {"loss": 1.02, "validation_loss": 1.10, "learning_rate": 0.0002}
     assert [c.id for c in job.checkpoints] == ["ckpt_epoch_1"]
@@ -108,13 +121,22 @@ def test_documented_cancel_response_parses():
 
 
 def test_cancel_request_body_uses_documented_names():
-    req = D.cancel_request("job_1", CancelRequest(reason="r", preserve_checkpoints=True, create_final_checkpoint=True))
+    req = D.cancel_request(
+        "job_1", CancelRequest(reason="r", preserve_checkpoints=True, create_final_checkpoint=True)
+    )
     assert (req.method, req.path) == ("POST", "/v2/training/jobs/job_1/cancel")
-    assert req.json == {"reason": "r", "preserveCheckpoints": True, "createFinalCheckpoint": True, "force": False}
+    assert req.json == {
+        "reason": "r",
+        "preserveCheckpoints": True,
+        "createFinalCheckpoint": True,
+        "force": False,
+    }
 
 
 def test_failed_job_surfaces_message():
-    job = D.parse_job({"jobId": "j", "status": "failed", "error": "TRAINING_FAILED", "message": "lr must be > 0"})
+    job = D.parse_job(
+        {"jobId": "j", "status": "failed", "error": "TRAINING_FAILED", "message": "lr must be > 0"}
+    )
     assert job.state is JobState.FAILED and job.message == "lr must be > 0"
     job = D.parse_job({"jobId": "j", "status": "failed", "error": {"message": "OOM"}})
     assert job.message == "OOM"
@@ -159,7 +181,10 @@ def test_unknown_status_is_running_and_logged(caplog):
         ({"name": "n"}, "datasetId"),
         ({"name": "n", "datasetId": "d", "modelType": "audio"}, "modelType"),
         ({"name": "n", "datasetId": "d", "config": {"training": {"epochs": 0}}}, "config.training.epochs"),
-        ({"name": "n", "datasetId": "d", "config": {"training": {"batch_size": "big"}}}, "config.training.batch_size"),
+        (
+            {"name": "n", "datasetId": "d", "config": {"training": {"batch_size": "big"}}},
+            "config.training.batch_size",
+        ),
         ({"name": "n", "datasetId": "d", "maxWorkers": 64}, "maxWorkers"),
         ({"name": "n", "datasetId": "d", "hyperparameters": {"epochs": -1}}, "hyperparameters.epochs"),
         ("not a dict", "spec"),
@@ -177,7 +202,11 @@ def test_both_documented_create_shapes_validate():
         "name": "demo-lora-run",
         "modelType": "llm",
         "datasetId": "ds_demo001",
-        "config": {"baseModel": "org/base-7b", "strategy": "lora", "training": {"epochs": 2, "batch_size": 8}},
+        "config": {
+            "baseModel": "org/base-7b",
+            "strategy": "lora",
+            "training": {"epochs": 2, "batch_size": 8},
+        },
         "gpuType": "a100",
         "maxWorkers": 1,
         "priority": "normal",
@@ -209,7 +238,9 @@ def test_error_envelope_maps_to_error_types():
 
 
 def test_tags_are_merged_not_duplicated():
-    spec = D.with_tags({"name": "n", "tags": ["team:ml", "airflow-dag:d"]}, ["airflow-dag:d", "airflow-task:t"])
+    spec = D.with_tags(
+        {"name": "n", "tags": ["team:ml", "airflow-dag:d"]}, ["airflow-dag:d", "airflow-task:t"]
+    )
     assert spec["tags"] == ["team:ml", "airflow-dag:d", "airflow-task:t"]
 
 

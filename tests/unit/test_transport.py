@@ -26,8 +26,12 @@ def test_malformed_2xx_body_is_transient():
 
 def test_429_is_transient_with_retry_after_and_not_processed():
     with pytest.raises(TransientPlatformError) as err:
-        decode_response(D, GET, 429, {"Retry-After": "7"}, '{"error": "RATE_LIMIT_EXCEEDED", "message": "slow down"}')
-    assert err.value.retry_after == 7.0 and err.value.sent is False and err.value.code == "RATE_LIMIT_EXCEEDED"
+        decode_response(
+            D, GET, 429, {"Retry-After": "7"}, '{"error": "RATE_LIMIT_EXCEEDED", "message": "slow down"}'
+        )
+    assert (
+        err.value.retry_after == 7.0 and err.value.sent is False and err.value.code == "RATE_LIMIT_EXCEEDED"
+    )
 
 
 @pytest.mark.parametrize("status", [500, 502, 503, 504, 408])
@@ -47,7 +51,10 @@ def test_retry_after_http_date_and_garbage():
     assert retry_after_seconds({}) is None
 
 
-def _run(request, errors, policy=RetryPolicy(initial_backoff=0.0, max_backoff=0.0, max_attempts=4)):
+FAST = RetryPolicy(initial_backoff=0.0, max_backoff=0.0, max_attempts=4)
+
+
+def _run(request, errors, policy=FAST):
     calls = []
 
     def fn():

@@ -1,0 +1,91 @@
+"""Orphan reaper: cancels jobs whose Airflow task instance has given up on them.
+
+It covers the paths where no provider code runs at all: a user marks a task failed while the
+owning triggerer is dead, a worker is SIGKILLed and the task is not retried, an ``on_kill`` cut
+short by a triggerer exit (``shared/reference/airflow-kill-paths.md`` §4.7).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from airflow.sdk import BaseOperator
+
+from airflow_training_provider.hooks.training import TrainingPlatformHook
+from airflow_training_provider.identity import TaskIdentity, deployment_name
+from airflow_training_provider.kill_decisions import reaper_decision
+from airflow_training_provider.models import CancelRequest
+from airflow_training_provider.operators._waiting import log_cancel
+from airflow_training_provider.task_instance_lookup import current_job_id, task_instance_state
+
+
+class ReapOrphanedTrainingJobsOperator(BaseOperator):
+    """List the running jobs this deployment tagged; cancel (with a final checkpoint) those whose
+    task instance is no longer queued, running, deferred or up for retry on them.
+
+    :param conn_id: platform connection (the platform must be able to list jobs by tag).
+    :param deployment: deployment tag to reap (default: env ``AIRFLOW_TRAINING_DEPLOYMENT`` or
+        ``default``) — never touches jobs of another Airflow.
+    :param min_age: seconds; younger jobs are left alone (a submit may not have published its id yet).
+    :param dry_run: only report.
+
+    Returns a list of ``{"job_id", "task", "decision", "reason"}`` dicts, one per running job seen.
+    """
+
+    template_fields: Sequence[str] = ("conn_id", "deployment")
+
+    def __init__(
+        self,
+        *,
+        conn_id: str = TrainingPlatformHook.default_conn_name,
+        deployment: str | None = None,
+        min_age: float = 60.0,
+        dry_run: bool = False,
+        confirm_cancel_timeout: float = 60.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.conn_id = conn_id
+        self.deployment = deployment
+        self.min_age = min_age
+        self.dry_run = dry_run
+        self.confirm_cancel_timeout = confirm_cancel_timeout
+
+    def execute(self, context: Any) -> list[dict[str, Any]]:
+        hook = TrainingPlatformHook(self.conn_id)
+        deployment = self.deployment or deployment_name()
+        jobs = [j for j in hook.list_jobs([f"airflow-deployment:{deployment}"]) if not j.is_terminal]
+        now = datetime.now(UTC)
+        report = []
+        for job in jobs:
+            identity = TaskIdentity.from_tags(job.tags)
+            if identity is None:
+                continue
+            task = f"{identity.dag_id}/{identity.run_id}/{identity.task_id}[{identity.map_index}] try {identity.try_number}"
+            if job.created_at and (now - job.created_at).total_seconds() < self.min_age:
+                report.append({"job_id": job.id, "task": task, "decision": "keep", "reason": "too young"})
+                continue
+            decision = reaper_decision(
+                task_instance_state(identity), current_job_id(identity), job.id, identity.try_number
+            )
+            report.append(
+                {
+                    "job_id": job.id,
+                    "task": task,
+                    "decision": "cancel" if decision.cancel else "keep",
+                    "reason": decision.reason,
+                }
+            )
+            self.log.info(
+                "Job %s (%s): %s → %s", job.id, task, decision.reason, "cancel" if decision.cancel else "keep"
+            )
+            if decision.cancel and not self.dry_run:
+                result, final = hook.cancel_and_confirm(
+                    job.id,
+                    CancelRequest(reason=f"orphaned: {decision.reason}", create_final_checkpoint=True),
+                    timeout=self.confirm_cancel_timeout,
+                )
+                log_cancel(self.log, result, final)
+        return report

@@ -1,0 +1,39 @@
+"""Ask Airflow (through the Task SDK supervisor, no DB access) about a task instance.
+
+Works from a worker task and from a trigger (the triggerer's supervisor serves ``GetTaskStates``
+and ``GetXCom``). Synchronous: call it through ``sync_to_async`` from async code.
+"""
+
+from __future__ import annotations
+
+from airflow_training_provider.identity import TaskIdentity
+
+JOB_ID_XCOM_KEY = "job_id"
+
+
+def task_instance_state(identity: TaskIdentity) -> str | None:
+    """The TI's current state (``"deferred"``, ``"failed"``...), ``None`` if none or unknown."""
+    from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
+    states = RuntimeTaskInstance.get_task_states(
+        dag_id=identity.dag_id,
+        task_ids=[identity.task_id],
+        run_ids=[identity.run_id],
+        map_index=identity.map_index,
+    )
+    state = states.get(identity.run_id, {}).get(identity.state_key)
+    return str(state.value if hasattr(state, "value") else state) if state is not None else None
+
+
+def current_job_id(identity: TaskIdentity) -> str | None:
+    """The job id the TI's current try pushed to XCom (XComs are cleared when a new try starts)."""
+    from airflow.sdk.execution_time.xcom import XCom
+
+    value = XCom.get_one(
+        key=JOB_ID_XCOM_KEY,
+        dag_id=identity.dag_id,
+        task_id=identity.task_id,
+        run_id=identity.run_id,
+        map_index=identity.map_index,
+    )
+    return str(value) if value is not None else None

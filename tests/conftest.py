@@ -1,0 +1,34 @@
+"""Shared fixtures: a real local training platform on 127.0.0.1, started and stopped by PID."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+# Airflow reads its configuration on first import: point it at a throw-away home before any test
+# module imports airflow, so tests never touch ~/airflow.
+_HOME = tempfile.mkdtemp(prefix="atp-airflow-home-")
+os.environ.setdefault("AIRFLOW_HOME", _HOME)
+os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+
+import pytest  # noqa: E402
+
+from airflow_training_provider.local_platform.server import LocalPlatformServer  # noqa: E402
+
+API_KEY = "test-key-not-a-secret"
+
+
+@pytest.fixture(scope="session")
+def platform(tmp_path_factory):
+    """A local training platform for the whole session: 4 simulated GPUs, fast epochs."""
+    data_dir = tmp_path_factory.mktemp("platform")
+    with LocalPlatformServer(data_dir, gpus=4, seconds_per_epoch=0.3, api_key=API_KEY) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def conn_uri_env(platform):
+    """The ``AIRFLOW_CONN_TENSORONE_LOCAL`` value pointing at the session's platform."""
+    import json
+
+    return json.dumps({"conn_type": "tensorone", "host": platform.url, "password": API_KEY})

@@ -1,0 +1,65 @@
+"""Real Airflow 3.3 for end-to-end tests: its own AIRFLOW_HOME, SQLite DB, and a dags folder holding
+the example DAGs plus the test DAGs. DAGs run with ``airflow dags test`` in a subprocess (the same
+``dag.test()`` path, but isolated, so a test can signal it)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+AIRFLOW = str(Path(sys.executable).with_name("airflow"))
+
+
+@dataclass
+class AirflowEnv:
+    home: Path
+    env: dict[str, str]
+    registry: Path
+
+    def dags_test(self, dag_id: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [AIRFLOW, "dags", "test", dag_id, *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def popen_dags_test(self, dag_id: str, log_path: Path) -> subprocess.Popen:
+        return subprocess.Popen(
+            [AIRFLOW, "dags", "test", dag_id],
+            env=self.env,
+            stdout=log_path.open("w"),
+            stderr=subprocess.STDOUT,
+        )
+
+
+@pytest.fixture(scope="session")
+def airflow_env(tmp_path_factory, conn_uri_env) -> AirflowEnv:
+    home = tmp_path_factory.mktemp("airflow")
+    dags = home / "dags"
+    dags.mkdir()
+    for src in [*(ROOT / "example_dags").glob("*.py"), *(Path(__file__).parent / "dags").glob("*.py")]:
+        shutil.copy(src, dags / src.name)
+    registry = home / "registry"
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
+        "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+        "AIRFLOW_CONN_TENSORONE_LOCAL": conn_uri_env,
+        "TRAINING_MODEL_REGISTRY": str(registry),
+        "PYTHONUNBUFFERED": "1",
+    }
+    migrate = subprocess.run([AIRFLOW, "db", "migrate"], env=env, capture_output=True, text=True, timeout=300)
+    assert migrate.returncode == 0, migrate.stdout + migrate.stderr
+    return AirflowEnv(home=home, env=env, registry=registry)
