@@ -1,0 +1,97 @@
+"""HTTP fault injection for tests of clients' retry / idempotency logic (local-only).
+
+Rules are added with ``POST /_local/faults`` (body = :class:`FaultRule` fields), listed with
+``GET /_local/faults`` and cleared with ``DELETE /_local/faults``. A rule matches requests by method and path
+prefix (``/_local`` paths are never faulted) and fires ``count`` times (-1 = forever):
+
+* ``delay_seconds``: sleep before answering (simulates a slow platform / client timeouts);
+* ``status``: answer with this HTTP status and the error envelope instead of the real response
+  (``Retry-After`` header if ``retry_after`` is set);
+* ``phase``: ``"before"`` (default) the request never reaches the handler; ``"after"`` the handler runs
+  (the job *is* created / cancelled) but the client gets the error, i.e. a lost response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any, Literal
+
+from fastapi import Request
+from pydantic import BaseModel, Field
+from starlette.responses import Response
+
+from airflow_training_provider.local_platform.errors import ApiError, render_envelope
+
+
+class FaultRule(BaseModel):
+    """One fault rule; see the module doc. ``fired`` counts how often it fired."""
+
+    method: str | None = None
+    path_prefix: str = "/"
+    status: int | None = Field(None, ge=400, le=599)
+    count: int = 1
+    delay_seconds: float = Field(0.0, ge=0, le=600)
+    retry_after: float | None = None
+    phase: Literal["before", "after"] = "before"
+    message: str = "Injected fault"
+    fired: int = 0
+
+
+class FaultInjector:
+    """Holds the rules and applies them as an HTTP middleware (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._rules: list[FaultRule] = []
+
+    def add(self, rule: FaultRule) -> FaultRule:
+        """Append a rule; returns it."""
+        with self._lock:
+            self._rules.append(rule)
+        return rule
+
+    def list(self) -> list[dict[str, Any]]:
+        """All rules (including spent ones) as dicts."""
+        with self._lock:
+            return [r.model_dump() for r in self._rules]
+
+    def clear(self) -> None:
+        """Remove every rule."""
+        with self._lock:
+            self._rules.clear()
+
+    def _take(self, request: Request) -> FaultRule | None:
+        if request.url.path.startswith("/_local"):
+            return None
+        with self._lock:
+            for rule in self._rules:
+                if rule.count == 0:
+                    continue
+                if rule.method and rule.method.upper() != request.method:
+                    continue
+                if not request.url.path.startswith(rule.path_prefix):
+                    continue
+                if rule.count > 0:
+                    rule.count -= 1
+                rule.fired += 1
+                return rule.model_copy()
+        return None
+
+    async def middleware(self, request: Request, call_next) -> Response:
+        """Starlette ``http`` middleware applying the first matching rule."""
+        rule = self._take(request)
+        if rule is None:
+            return await call_next(request)
+        if rule.delay_seconds:
+            await asyncio.sleep(rule.delay_seconds)
+        if rule.status is None:
+            return await call_next(request)
+        if rule.phase == "after":
+            response = await call_next(request)
+            async for _chunk in response.body_iterator:  # let the real response finish, then drop it
+                pass
+        headers = {"Retry-After": str(int(rule.retry_after))} if rule.retry_after is not None else None
+        return render_envelope(
+            request, ApiError(rule.status, None, rule.message, {"injected": True}, headers)
+        )
