@@ -170,9 +170,12 @@ class CancelResult(_Model):
     cost: Cost = Field(default_factory=Cost)
 
 
-def cancel_conflict_result(job: TrainingJob) -> CancelResult | None:
-    """Read a 409 on cancel: the job already ended (a no-op, ``already_terminal``) or is already
-    stopping (someone else's cancel is in progress). ``None`` if neither: a real conflict."""
+def no_cancel_needed(job: TrainingJob) -> CancelResult | None:
+    """Whether a cancel of ``job`` would be redundant: it already ended (``already_terminal``) or is
+    already stopping (someone else's cancel is in progress). ``None`` if a cancel is needed.
+
+    Checked before sending a cancel (so two parties giving up at once cancel once) and to read a
+    409 answer to a cancel."""
     if job.is_terminal:
         return CancelResult(job_id=job.id, state=job.state, already_terminal=True, cost=job.cost)
     if job.state is JobState.STOPPING:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -33,6 +34,15 @@ SHOWN = (
     "ERROR",
     "Traceback",
 )
+
+
+_STRUCTLOG = re.compile(r"\[\w+\s*\]\s(?P<msg>.*?)(?:\s\[[\w.]+\](?:\s+loc=\S+)?)?$")
+
+
+def task_log_message(line: str) -> str:
+    """The message part of an Airflow (structlog) console line: no timestamp, level or logger."""
+    match = _STRUCTLOG.search(line.rstrip())
+    return match.group("msg") if match else line.rstrip()
 
 
 def say(msg: str) -> None:
@@ -73,7 +83,7 @@ def main() -> int:
             for line in proc.stdout:
                 log.write(line)
                 if any(key in line for key in SHOWN):
-                    print("  | " + line.rstrip()[-220:], flush=True)
+                    print("  | " + task_log_message(line), flush=True)
         dag_ok = proc.returncode == 0
         jobs = requests.get(f"{platform.url}/_local/jobs", timeout=10).json()["jobs"]
 
@@ -83,10 +93,10 @@ def main() -> int:
     for job in jobs:
         states = " → ".join(h["state"] for h in job["state_history"])
         metrics = job.get("metrics") or {}
-        say(f"job {job['id']}: {states}")
+        say(f"job {job['job_id']}: {states}")
         say(
-            f"  final validation accuracy {metrics.get('val_accuracy', float('nan')):.4f}, "
-            f"loss {metrics.get('loss', float('nan')):.4f}, cost ${job.get('cost_usd', 0):.4f}"
+            f"  final validation accuracy {metrics.get('val_accuracy') or float('nan'):.4f}, "
+            f"loss {metrics.get('loss') or float('nan'):.4f}, cost ${job['cost']['current_usd']:.4f}"
         )
     registry = WORK / "registry" / "digits-classifier.json"
     if registry.exists():

@@ -22,7 +22,7 @@ from airflow_training_provider.models import (
     CancelResult,
     Checkpoint,
     TrainingJob,
-    cancel_conflict_result,
+    no_cancel_needed,
 )
 from airflow_training_provider.platforms import Credentials, Dialect, get_dialect
 from airflow_training_provider.platforms.base import ApiRequest
@@ -131,12 +131,15 @@ class TrainingPlatformHook(HttpHook):
         ]
 
     def cancel_job(self, job_id: str, cancel: CancelRequest | None = None) -> CancelResult:
-        """Ask the platform to cancel; a job that already ended is reported, not an error."""
+        """Ask the platform to cancel. A job that already ended, or is already stopping, is reported
+        and not cancelled again (unless ``cancel.force``); that is not an error."""
         cancel = self.dialect.effective_cancel(cancel or CancelRequest())
+        if not cancel.force and (skipped := no_cancel_needed(self.get_job(job_id))):
+            return skipped
         try:
             return self.dialect.parse_cancel(job_id, self.call(self.dialect.cancel_request(job_id, cancel)))
         except JobStateConflictError:
-            result = cancel_conflict_result(self.get_job(job_id))
+            result = no_cancel_needed(self.get_job(job_id))
             if result is None:
                 raise
             return result

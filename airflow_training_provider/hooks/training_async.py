@@ -23,7 +23,7 @@ from airflow_training_provider.models import (
     CancelResult,
     JobEvent,
     TrainingJob,
-    cancel_conflict_result,
+    no_cancel_needed,
 )
 from airflow_training_provider.platforms import Credentials, Dialect, get_dialect
 from airflow_training_provider.platforms.base import ApiRequest
@@ -111,14 +111,17 @@ class AsyncTrainingPlatformClient:
         return self.dialect.parse_events(await self.call(request, budget))
 
     async def cancel_job(self, job_id: str, cancel: CancelRequest) -> CancelResult:
-        """Cancel; a job that already ended is reported as ``already_terminal``, not an error."""
+        """Cancel, like :meth:`TrainingPlatformHook.cancel_job`: a job that already ended or is
+        already stopping is reported and not cancelled again (unless ``cancel.force``)."""
         cancel = self.dialect.effective_cancel(cancel)
+        if not cancel.force and (skipped := no_cancel_needed(await self.get_job(job_id))):
+            return skipped
         try:
             return self.dialect.parse_cancel(
                 job_id, await self.call(self.dialect.cancel_request(job_id, cancel))
             )
         except JobStateConflictError:
-            result = cancel_conflict_result(await self.get_job(job_id))
+            result = no_cancel_needed(await self.get_job(job_id))
             if result is None:
                 raise
             return result

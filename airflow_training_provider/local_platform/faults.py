@@ -8,7 +8,9 @@ prefix (``/_local`` paths are never faulted) and fires ``count`` times (-1 = for
 * ``status``: answer with this HTTP status and the error envelope instead of the real response
   (``Retry-After`` header if ``retry_after`` is set);
 * ``phase``: ``"before"`` (default) the request never reaches the handler; ``"after"`` the handler runs
-  (the job *is* created / cancelled) but the client gets the error, i.e. a lost response.
+  (the job *is* created / cancelled) but the client gets the error, i.e. a lost response;
+* ``body``: answer with this raw text instead (status ``status`` or 200), e.g. a malformed
+  ``<html>`` page where JSON is expected.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ class FaultRule(BaseModel):
     retry_after: float | None = None
     phase: Literal["before", "after"] = "before"
     message: str = "Injected fault"
+    body: str | None = None
     fired: int = 0
 
 
@@ -85,6 +88,8 @@ class FaultInjector:
             return await call_next(request)
         if rule.delay_seconds:
             await asyncio.sleep(rule.delay_seconds)
+        if rule.body is not None:
+            return Response(rule.body, status_code=rule.status or 200, media_type="application/json")
         if rule.status is None:
             return await call_next(request)
         if rule.phase == "after":

@@ -94,6 +94,7 @@ class TrainingJobWaitMixin:
     create_final_checkpoint: bool
     confirm_cancel_timeout: float
     execution_timeout: timedelta | None
+    defer_timeout: float | None = None
 
     def _init_wait_state(self) -> None:
         self.job_id: str | None = None
@@ -208,8 +209,11 @@ class TrainingJobWaitMixin:
                 "confirm_timeout": self.confirm_cancel_timeout,
             },
         )
-        backstop = None if deadline is None else max(1.0, deadline - time.time()) + DEFER_TIMEOUT_SLACK
-        self.defer(trigger=trigger, method_name="execute_complete", timeout=backstop)  # type: ignore[attr-defined]
+        limits = [self.defer_timeout] if self.defer_timeout else []
+        if deadline is not None:  # a backstop only: the trigger's own deadline comes first
+            limits.append(max(1.0, deadline - time.time()) + DEFER_TIMEOUT_SLACK)
+        timeout = min(limits) if limits else None
+        self.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)  # type: ignore[attr-defined]
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
         """Resume after the trigger fired: map its event to the task's outcome."""

@@ -8,6 +8,7 @@ return value, or a failure that says why.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,6 +31,9 @@ from airflow_training_provider.operators._waiting import (
 )
 from airflow_training_provider.progress import describe
 from airflow_training_provider.task_instance_lookup import JOB_ID_XCOM_KEY
+
+#: seconds a try started by a clear waits for the old trigger's on_kill to cancel the old job.
+CLEAR_GRACE_SECONDS = 10.0
 
 __all__ = [
     "CancelTrainingJobOperator",
@@ -62,6 +66,9 @@ class SubmitTrainingJobOperator(TrainingJobWaitMixin, BaseOperator):
     :param create_final_checkpoint: on cancel, ask the job to save a final checkpoint (where the
         platform can).
     :param confirm_cancel_timeout: seconds to wait for the platform to confirm a cancel.
+    :param defer_timeout: seconds the task may stay deferred (Airflow's trigger timeout); when it
+        runs out the job is cancelled and the task fails. ``execution_timeout`` is enforced too,
+        deferred or not.
 
     XCom: ``job_id`` and ``console_url`` right after submit (before waiting); ``cancel_result``
     when this task cancelled the job. Return value: the final job
@@ -88,11 +95,13 @@ class SubmitTrainingJobOperator(TrainingJobWaitMixin, BaseOperator):
         preserve_checkpoints: bool = True,
         create_final_checkpoint: bool = True,
         confirm_cancel_timeout: float = 60.0,
+        defer_timeout: float | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.conn_id = conn_id
         self.spec = spec
+        self.defer_timeout = defer_timeout
         self.wait_for_completion = wait_for_completion
         self.deferrable = deferrable
         self.poll_interval = poll_interval
@@ -167,9 +176,25 @@ class SubmitTrainingJobOperator(TrainingJobWaitMixin, BaseOperator):
                 return job
             return None
         if not job.is_terminal:
+            job = self._await_cancel_by_old_trigger(job)
+        if not job.is_terminal:
             self.log.warning("Task was cleared: cancelling training job %s of an earlier try first", job.id)
             self.cancel_and_report(job.id, "Airflow task was cleared; a new try starts")
         return None
+
+    def _await_cancel_by_old_trigger(self, job: TrainingJob) -> TrainingJob:
+        """After a clear the old try's trigger cancels its job a few seconds later (its ``on_kill``).
+        Give it that time, so the job is cancelled once; the caller cancels if nobody did."""
+        deadline = time.monotonic() + CLEAR_GRACE_SECONDS
+        while job.state is not JobState.STOPPING and not job.is_terminal and time.monotonic() < deadline:
+            time.sleep(1.0)
+            job = self.hook.get_job(job.id, budget=self.outage_budget)
+        while job.state is JobState.STOPPING and time.monotonic() < deadline + self.confirm_cancel_timeout:
+            time.sleep(1.0)
+            job = self.hook.get_job(job.id, budget=self.outage_budget)
+        if job.is_terminal:
+            self.log.info("Training job %s of the earlier try ended %s", job.id, job.state.value)
+        return job
 
     def _previous_job_id(self, context: Any, identity: TaskIdentity) -> str | None:
         store = context.get("task_state_store")

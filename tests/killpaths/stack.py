@@ -1,0 +1,223 @@
+"""A real Airflow 3.3 stack for kill-path tests: api-server, scheduler (LocalExecutor), dag-processor
+and one or more triggerers, on 127.0.0.1 with free ports, each started here and stopped by its PID
+(its own process group, so the LocalExecutor workers and task processes go with it).
+
+The REST helpers use the public API v2 (token-less: ``simple_auth_manager_all_admins``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from airflow_training_provider.local_platform.server import free_port
+
+AIRFLOW = str(Path(sys.executable).with_name("airflow"))
+TERMINAL_TI = {"success", "failed", "skipped", "upstream_failed", "removed"}
+
+
+@dataclass
+class Component:
+    name: str
+    proc: subprocess.Popen
+    log_path: Path
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def signal(self, sig: int) -> None:
+        """Signal the component's whole process group (it was made a group leader at start)."""
+        os.killpg(self.proc.pid, sig)
+
+    def stop(self, timeout: float = 20.0) -> None:
+        if self.proc.poll() is not None:
+            return
+        try:
+            self.signal(signal.SIGTERM)
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.signal(signal.SIGKILL)
+            self.proc.wait(timeout=10)
+        except ProcessLookupError:
+            pass
+
+
+@dataclass
+class AirflowStack:
+    home: Path
+    dags_folder: Path
+    extra_env: dict[str, str]
+    sql_alchemy_conn: str | None = None
+    port: int = field(default_factory=free_port)
+    components: dict[str, Component] = field(default_factory=dict)
+
+    @property
+    def api(self) -> str:
+        return f"http://127.0.0.1:{self.port}/api/v2"
+
+    @property
+    def env(self) -> dict[str, str]:
+        home = self.home
+        return {
+            **os.environ,
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags_folder),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__PARALLELISM": "16",
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+            "AIRFLOW__CORE__FERNET_KEY": "wZiJ8o1Lz0hMgFmzDXr5pRQb9hq0dM8vE8Yh6l6m7yU=",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{self.port}/execution/",
+            "AIRFLOW__API_AUTH__JWT_SECRET": "kill-path-tests-jwt-secret-0123456789abcdef",
+            "AIRFLOW__API__PORT": str(self.port),
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__WORKERS": "1",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.sql_alchemy_conn or f"sqlite:///{home}/airflow.db",
+            "AIRFLOW__SCHEDULER__TRIGGER_TIMEOUT_CHECK_INTERVAL": "3",
+            "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "20",
+            "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "5",
+            "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "10",
+            "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "3600",
+            "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "2",
+            "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "15",
+            "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "2",
+            "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+            "PYTHONUNBUFFERED": "1",
+            **self.extra_env,
+        }
+
+    # -- processes -----------------------------------------------------------------------------
+    def migrate(self) -> None:
+        run = subprocess.run(
+            [AIRFLOW, "db", "migrate"], env=self.env, capture_output=True, text=True, timeout=300
+        )
+        if run.returncode != 0:
+            raise RuntimeError(f"airflow db migrate failed:\n{run.stdout}\n{run.stderr}")
+
+    def start_component(self, name: str, *args: str) -> Component:
+        log_path = self.home / f"{name}.log"
+        proc = subprocess.Popen(
+            [AIRFLOW, *args],
+            env=self.env,
+            stdout=log_path.open("a"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: stop() reaches its workers too
+        )
+        component = Component(name, proc, log_path)
+        self.components[name] = component
+        return component
+
+    def start(self, triggerers: int = 1, timeout: float = 180.0) -> None:
+        self.migrate()
+        self.start_component("api-server", "api-server", "--port", str(self.port), "--host", "127.0.0.1")
+        self.start_component("scheduler", "scheduler")
+        self.start_component("dag-processor", "dag-processor")
+        for i in range(triggerers):
+            self.start_triggerer(f"triggerer-{i}")
+        self.wait_healthy(timeout)
+
+    def start_triggerer(self, name: str = "triggerer-0") -> Component:
+        return self.start_component(name, "triggerer")
+
+    def stop(self) -> None:
+        for component in reversed(list(self.components.values())):
+            component.stop()
+
+    def wait_healthy(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        last: Any = None
+        while time.monotonic() < deadline:
+            for c in self.components.values():
+                if c.proc.poll() is not None:
+                    raise RuntimeError(f"{c.name} exited: {c.log_path.read_text()[-3000:]}")
+            try:
+                last = requests.get(f"{self.api}/monitor/health", timeout=5).json()
+                if all(
+                    last.get(k, {}).get("status") == "healthy"
+                    for k in ("metadatabase", "scheduler", "triggerer")
+                ):
+                    return
+            except (requests.RequestException, ValueError):
+                pass
+            time.sleep(1)
+        raise RuntimeError(f"Airflow stack not healthy after {timeout} s: {last}")
+
+    # -- REST ----------------------------------------------------------------------------------
+    def call(self, method: str, path: str, **kwargs: Any) -> Any:
+        response = requests.request(method, f"{self.api}{path}", timeout=30, **kwargs)
+        if response.status_code >= 400:
+            raise AssertionError(f"{method} {path} → {response.status_code}: {response.text[:500]}")
+        return response.json() if response.text else None
+
+    def wait_for_dags(self, dag_ids: list[str], timeout: float = 180.0) -> None:
+        deadline = time.monotonic() + timeout
+        missing = set(dag_ids)
+        while time.monotonic() < deadline:
+            dags = self.call("GET", "/dags", params={"limit": 1000})["dags"]
+            missing = set(dag_ids) - {d["dag_id"] for d in dags}
+            if not missing:
+                return
+            time.sleep(2)
+        raise AssertionError(f"DAGs never parsed: {missing}")
+
+    def trigger(self, dag_id: str, conf: dict | None = None) -> str:
+        body = {"logical_date": None, "conf": conf or {}}
+        return self.call("POST", f"/dags/{dag_id}/dagRuns", json=body)["dag_run_id"]
+
+    def ti(self, dag_id: str, run_id: str, task_id: str) -> dict:
+        return self.call("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}")
+
+    def ti_state(self, dag_id: str, run_id: str, task_id: str) -> str | None:
+        return self.ti(dag_id, run_id, task_id)["state"]
+
+    def wait_ti(
+        self, dag_id: str, run_id: str, task_id: str, states: set[str], timeout: float = 120.0
+    ) -> dict:
+        deadline = time.monotonic() + timeout
+        ti: dict = {}
+        while time.monotonic() < deadline:
+            ti = self.ti(dag_id, run_id, task_id)
+            if ti["state"] in states:
+                return ti
+            time.sleep(0.5)
+        raise AssertionError(f"{dag_id}/{run_id}/{task_id} never reached {states}: {ti.get('state')}")
+
+    def set_ti_state(self, dag_id: str, run_id: str, task_id: str, state: str) -> None:
+        self.call(
+            "PATCH", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}", json={"new_state": state}
+        )
+
+    def clear_ti(self, dag_id: str, run_id: str, task_id: str) -> None:
+        self.call(
+            "POST",
+            f"/dags/{dag_id}/clearTaskInstances",
+            json={"dag_run_id": run_id, "task_ids": [task_id], "dry_run": False, "only_failed": False},
+        )
+
+    def set_dag_run_state(self, dag_id: str, run_id: str, state: str) -> None:
+        self.call("PATCH", f"/dags/{dag_id}/dagRuns/{run_id}", json={"state": state})
+
+    def dag_run_state(self, dag_id: str, run_id: str) -> str:
+        return self.call("GET", f"/dags/{dag_id}/dagRuns/{run_id}")["state"]
+
+    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int) -> str:
+        """The task log of one try as text: one JSON object per structured log entry."""
+        body = self.call(
+            "GET",
+            f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}",
+            params={"full_content": "true"},
+            headers={"Accept": "application/json"},
+        )
+        return "\n".join(json.dumps(entry, ensure_ascii=False) for entry in body.get("content", []))
