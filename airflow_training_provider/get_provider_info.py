@@ -4,20 +4,27 @@ from __future__ import annotations
 
 from typing import Any
 
+from airflow_training_provider.connections import CONNECTION_TYPES, ui_field_behaviour
+
 
 def get_provider_info() -> dict[str, Any]:
     """Connection types, hooks, operators, sensors and triggers this package adds to Airflow."""
     return {
         "package-name": "airflow-training-provider",
         "name": "Training platforms",
-        "description": "GPU training jobs on cloud training platforms (TensorOne...), with safe cancellation.",
+        "description": "GPU training jobs on cloud training platforms (TensorOne, Together AI), with safe cancellation.",
         "versions": ["0.1.0"],
         "integrations": [
             {
                 "integration-name": "TensorOne",
                 "external-doc-url": "https://docs.tensorone.ai",
                 "tags": ["service"],
-            }
+            },
+            {
+                "integration-name": "Together AI",
+                "external-doc-url": "https://docs.together.ai/docs/fine-tuning-overview",
+                "tags": ["service"],
+            },
         ],
         "operators": [
             {
@@ -48,14 +55,13 @@ def get_provider_info() -> dict[str, Any]:
         ],
         "connection-types": [
             {
-                "hook-class-name": "airflow_training_provider.hooks.training.TensorOneHook",
-                "connection-type": "tensorone",
-                "hook-name": "TensorOne",
+                "hook-class-name": hook,
+                "connection-type": conn_type,
+                "hook-name": name,
                 "ui-field-behaviour": {
-                    "hidden-fields": ["schema", "login", "port"],
-                    "relabeling": {"host": "API base URL", "password": "API key"},
-                    "placeholders": {"host": "https://api.tensorone.ai", "password": "tpo_live_..."},
+                    key.replace("_", "-"): value for key, value in ui_field_behaviour(conn_type).items()
                 },
             }
+            for conn_type, (hook, name, _, _) in CONNECTION_TYPES.items()
         ],
     }

@@ -9,6 +9,7 @@ from __future__ import annotations
 from airflow_training_provider.identity import TaskIdentity
 
 JOB_ID_XCOM_KEY = "job_id"
+EVENT_CURSOR_XCOM_KEY = "event_cursor"
 
 
 def task_instance_state(identity: TaskIdentity) -> str | None:
@@ -37,3 +38,29 @@ def current_job_id(identity: TaskIdentity) -> str | None:
         map_index=identity.map_index,
     )
     return str(value) if value is not None else None
+
+
+def get_event_cursor(identity: TaskIdentity) -> int | None:
+    """How many platform events the current try already wrote to its log (``None``: none yet)."""
+    from airflow.sdk.execution_time.xcom import XCom
+
+    return XCom.get_one(
+        key=EVENT_CURSOR_XCOM_KEY,
+        dag_id=identity.dag_id,
+        task_id=identity.task_id,
+        run_id=identity.run_id,
+        map_index=identity.map_index,
+    )
+
+
+def set_event_cursor(identity: TaskIdentity, cursor: int) -> None:
+    from airflow.sdk.execution_time.xcom import XCom
+
+    XCom.set(
+        EVENT_CURSOR_XCOM_KEY,
+        cursor,
+        dag_id=identity.dag_id,
+        task_id=identity.task_id,
+        run_id=identity.run_id,
+        map_index=identity.map_index,
+    )

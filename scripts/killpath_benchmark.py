@@ -18,70 +18,59 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.killpaths.conftest import start_kill_path_stack  # noqa: E402
-from tests.killpaths.scenarios import SCENARIOS, Platform  # noqa: E402
+from tests.killpaths.conftest import KillPathEnv  # noqa: E402
+from tests.killpaths.scenarios import FLAVORS, SCENARIOS, TOGETHER_ONLY, run_scenarios  # noqa: E402
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--only", default="", help="comma-separated scenario name prefixes, e.g. k1,k10")
+    parser.add_argument("--only", default="", help="comma-separated scenario prefixes, e.g. k1,k10")
+    parser.add_argument("--platforms", default=",".join(FLAVORS), help="comma-separated: tensorone,together")
     args = parser.parse_args()
-    wanted = [w.strip() for w in args.only.split(",") if w.strip()]
-    scenarios = [f for f in SCENARIOS if not wanted or any(f.__name__.startswith(w + "_") for w in wanted)]
+    prefixes = [w.strip() + "_" for w in args.only.split(",") if w.strip()]
+    flavors = [f.strip() for f in args.platforms.split(",") if f.strip()]
+    wanted = {
+        (name, flavor)
+        for name in SCENARIOS
+        for flavor in flavors
+        if (not prefixes or name.startswith(tuple(prefixes))) and (name not in TOGETHER_ONLY or flavor == "together")
+    }
 
     root = Path(tempfile.mkdtemp(prefix="killpath-bench-"))
     started = time.monotonic()
-    server, stack = start_kill_path_stack(root)
+    env = KillPathEnv(root)
     print(f"stack up in {time.monotonic() - started:.0f} s ({root})", flush=True)
-    platform = Platform(server.url)
-    rows = []
+    runs: dict[tuple[str, str], list] = {pair: [] for pair in wanted}
     try:
-        for scenario in scenarios:
-            outcomes = []
-            for _ in range(args.runs):
-                try:
-                    outcomes.append(scenario(stack, platform))
-                except Exception as exc:  # a failed run is reported, not hidden
-                    print(f"{scenario.__name__}: run failed: {exc}", flush=True)
-            if not outcomes:
-                rows.append((scenario.__name__, "-", "-", "-", "-", "-", "-", "ERROR"))
-                continue
-            o = outcomes[0]
-            expected = sum(1 if x.expect_cancel else 0 for x in outcomes)
-            actual = sum(len(x.cancels) for x in outcomes)
-            latencies = [x.latency for x in outcomes if x.latency is not None]
-            rows.append(
-                (
-                    o.case,
-                    f"{expected}/{len(outcomes)}",
-                    str(actual),
-                    str(sum(x.false_cancels for x in outcomes)),
-                    str(sum(x.duplicate_submits for x in outcomes)),
-                    f"{statistics.median(latencies):.2f}" if latencies else "-",
-                    f"{max(latencies):.2f}" if latencies else "-",
-                    f"{len(outcomes)}/{args.runs} ok",
-                )
-            )
-            print(" | ".join(rows[-1]), flush=True)
+        for i in range(args.runs):
+            t0 = time.monotonic()
+            for pair, result in run_scenarios(env.stack, env.platform, wanted).items():
+                runs[pair].append(result)
+                if isinstance(result, BaseException):
+                    print(f"run {i + 1} {pair}: FAILED {result}", flush=True)
+            print(f"run {i + 1}/{args.runs} done in {time.monotonic() - t0:.0f} s", flush=True)
     finally:
-        stack.stop()
-        server.stop()
-    header = (
-        "path",
-        "expected cancels",
-        "actual cancels",
-        "false cancels",
-        "duplicate submits",
-        "latency median s",
-        "latency max s",
-        "runs",
-    )
-    print()
-    print("| " + " | ".join(header) + " |")
-    print("|" + "---|" * len(header))
-    for row in rows:
-        print("| " + " | ".join(row) + " |")
+        env.stop()
+
+    header = ("path", "platform", "expected cancels", "actual cancels", "false cancels", "duplicate submits",
+              "latency median s", "latency max s", "ok runs")  # fmt: skip
+    print("\n| " + " | ".join(header) + " |\n|" + "---|" * len(header))
+    for (name, flavor), results in sorted(runs.items(), key=lambda kv: (int(kv[0][0][1:].split("_")[0].rstrip("b")), kv[0])):
+        ok = [r for r in results if not isinstance(r, BaseException)]
+        if not ok:
+            print(f"| {name} | {flavor} | - | - | - | - | - | - | 0/{len(results)} |")
+            continue
+        latencies = [o.latency for o in ok if o.latency is not None]
+        print(
+            f"| {ok[0].case} | {flavor} | {sum(o.expect_cancel for o in ok)} | {sum(len(o.cancels) for o in ok)} "
+            f"| {sum(o.false_cancels for o in ok)} | {sum(o.duplicate_submits for o in ok)} "
+            f"| {statistics.median(latencies):.2f} | {max(latencies):.2f} | {len(ok)}/{len(results)} |"
+            if latencies
+            else f"| {ok[0].case} | {flavor} | {sum(o.expect_cancel for o in ok)} | {sum(len(o.cancels) for o in ok)} "
+            f"| {sum(o.false_cancels for o in ok)} | {sum(o.duplicate_submits for o in ok)} | - | - "
+            f"| {len(ok)}/{len(results)} |"
+        )
     return 0
 
 

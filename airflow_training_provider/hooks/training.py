@@ -15,12 +15,15 @@ import requests
 from airflow.providers.http.hooks.http import HttpHook
 from tenacity import Retrying
 
+from airflow_training_provider.connections import ui_field_behaviour
 from airflow_training_provider.errors import JobStateConflictError, TransientPlatformError
+from airflow_training_provider.events import explain_failure
 from airflow_training_provider.hooks.transport import RetryPolicy, decode_response
 from airflow_training_provider.models import (
     CancelRequest,
     CancelResult,
     Checkpoint,
+    JobEvent,
     TrainingJob,
     no_cancel_needed,
 )
@@ -123,12 +126,26 @@ class TrainingPlatformHook(HttpHook):
             return self.get_job(job_id).checkpoints
         return self.dialect.parse_checkpoints(self.call(request))
 
+    def list_events(self, job_id: str, budget: float | None = None) -> list[JobEvent]:
+        """The job's platform events, oldest first (``[]`` for platforms without events)."""
+        request = self.dialect.events_request(job_id)
+        return self.dialect.parse_events(self.call(request, budget)) if request is not None else []
+
+    def final_view(self, job: TrainingJob, events: list[JobEvent] | None = None) -> TrainingJob:
+        """A terminal job completed with what its object lacks: checkpoints (from the checkpoints
+        endpoint where the job does not list them) and the failure reason from its events."""
+        if not self.dialect.capabilities.checkpoints_in_job and not job.checkpoints:
+            job = job.model_copy(update={"checkpoints": self.list_checkpoints(job.id)})
+        if events is None and self.dialect.capabilities.events:
+            events = self.list_events(job.id)
+        return explain_failure(job, events or [], self.dialect)
+
     def list_jobs(self, tags: list[str]) -> list[TrainingJob]:
-        """Jobs carrying every one of ``tags`` (platforms with ``capabilities.list_jobs``)."""
-        return [
-            self._with_console_url(j)
-            for j in self.dialect.parse_list(self.call(self.dialect.list_request(tags)))
-        ]
+        """Jobs carrying every one of ``tags`` (platforms with ``capabilities.list_jobs``).
+
+        Filtered here too: a platform may ignore the tag filter of its list call."""
+        jobs = self.dialect.parse_list(self.call(self.dialect.list_request(tags)))
+        return [self._with_console_url(j) for j in jobs if set(tags) <= set(j.tags)]
 
     def cancel_job(self, job_id: str, cancel: CancelRequest | None = None) -> CancelResult:
         """Ask the platform to cancel. A job that already ended, or is already stopping, is reported
@@ -190,8 +207,17 @@ class TensorOneHook(TrainingPlatformHook):
 
     @classmethod
     def get_ui_field_behaviour(cls) -> dict[str, Any]:
-        return {
-            "hidden_fields": ["schema", "login", "port"],
-            "relabeling": {"host": "API base URL", "password": "API key"},
-            "placeholders": {"host": "https://api.tensorone.ai", "password": "tpo_live_..."},
-        }
+        return ui_field_behaviour(cls.conn_type)
+
+
+class TogetherHook(TrainingPlatformHook):
+    """Together AI fine-tuning API (connection type ``together``: password = API key; host = base
+    URL, default ``https://api.together.ai``)."""
+
+    default_conn_name = "together_default"
+    conn_type = "together"
+    hook_name = "Together AI"
+
+    @classmethod
+    def get_ui_field_behaviour(cls) -> dict[str, Any]:
+        return ui_field_behaviour(cls.conn_type)

@@ -17,10 +17,12 @@ from airflow.providers.http.hooks.http import HttpAsyncHook
 from tenacity import AsyncRetrying
 
 from airflow_training_provider.errors import JobStateConflictError, TransientPlatformError
+from airflow_training_provider.events import explain_failure
 from airflow_training_provider.hooks.transport import RetryPolicy, decode_response
 from airflow_training_provider.models import (
     CancelRequest,
     CancelResult,
+    Checkpoint,
     JobEvent,
     TrainingJob,
     no_cancel_needed,
@@ -109,6 +111,19 @@ class AsyncTrainingPlatformClient:
         if request is None:
             return []
         return self.dialect.parse_events(await self.call(request, budget))
+
+    async def list_checkpoints(self, job_id: str) -> list[Checkpoint]:
+        request = self.dialect.checkpoints_request(job_id)
+        if request is None:
+            return (await self.get_job(job_id)).checkpoints
+        return self.dialect.parse_checkpoints(await self.call(request))
+
+    async def final_view(self, job: TrainingJob, events: list[JobEvent]) -> TrainingJob:
+        """A terminal job completed with what its object lacks: checkpoints (from the checkpoints
+        endpoint where the job does not list them) and the failure reason from its events."""
+        if not self.dialect.capabilities.checkpoints_in_job and not job.checkpoints:
+            job = job.model_copy(update={"checkpoints": await self.list_checkpoints(job.id)})
+        return explain_failure(job, events, self.dialect)
 
     async def cancel_job(self, job_id: str, cancel: CancelRequest) -> CancelResult:
         """Cancel, like :meth:`TrainingPlatformHook.cancel_job`: a job that already ended or is

@@ -1,6 +1,7 @@
 """FastAPI application of the local training platform.
 
-``create_app(settings)`` mounts the platform routers (TensorOne v2 under ``/v2/training``) over one
+``create_app(settings)`` mounts the platform routers (TensorOne v2 under ``/v2/training``, Together AI
+under ``/v1/fine-tunes`` with its own error body) over one
 :class:`~airflow_training_provider.local_platform.engine.TrainingEngine` and local-only endpoints
 (no auth):
 
@@ -28,7 +29,7 @@ from airflow_training_provider.local_platform.engine import EngineConfig, JobNot
 from airflow_training_provider.local_platform.errors import ApiError, install_error_handlers
 from airflow_training_provider.local_platform.faults import FaultInjector, FaultRule
 from airflow_training_provider.local_platform.formatting import new_request_id
-from airflow_training_provider.local_platform.routers import tensorone
+from airflow_training_provider.local_platform.routers import tensorone, together, together_wire
 
 
 @dataclass
@@ -43,6 +44,7 @@ class PlatformSettings:
     cancel_delay_seconds: test option, every cancel sleeps this long before acting (s).
     api_key: required API key; None accepts any non-empty key.
     max_log_lines: trainer lines kept per job.
+    together_balance_usd: Together account balance (USD) shared by its jobs; None = unlimited.
     """
 
     data_dir: str
@@ -54,6 +56,7 @@ class PlatformSettings:
     cancel_delay_seconds: float = 0.0
     api_key: str | None = None
     max_log_lines: int = 2000
+    together_balance_usd: float | None = None
 
     def engine_config(self) -> EngineConfig:
         """The engine part of these settings."""
@@ -86,7 +89,7 @@ def create_app(settings: PlatformSettings, engine: TrainingEngine | None = None)
     app.state.engine = engine
     app.state.settings = settings
     app.state.faults = faults
-    install_error_handlers(app)
+    install_error_handlers(app, [(together.PREFIX, together_wire.render_error)])
     app.middleware("http")(faults.middleware)
 
     @app.middleware("http")
@@ -100,6 +103,9 @@ def create_app(settings: PlatformSettings, engine: TrainingEngine | None = None)
         tensorone.build_router(
             engine, api_key=settings.api_key, cancel_wait_seconds=settings.cancel_wait_seconds
         )
+    )
+    app.include_router(
+        together.build_router(engine, api_key=settings.api_key, balance_usd=settings.together_balance_usd)
     )
 
     @app.get("/_local/health")
@@ -132,8 +138,8 @@ def create_app(settings: PlatformSettings, engine: TrainingEngine | None = None)
         return {"faults": faults.list()}
 
     @app.delete("/_local/faults")
-    def clear_faults() -> dict[str, Any]:
-        faults.clear()
-        return {"faults": []}
+    def clear_faults(path_prefix: str | None = None) -> dict[str, Any]:
+        faults.clear(path_prefix)
+        return {"faults": faults.list()}
 
     return app

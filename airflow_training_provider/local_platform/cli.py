@@ -2,7 +2,7 @@
 
 ``airflow-training-platform serve --host 127.0.0.1 --port 8080 --data-dir DIR [--gpus N]
 [--usd-per-gpu-hour X] [--seconds-per-epoch S] [--grace-seconds G] [--cancel-wait-seconds W]
-[--cancel-delay-seconds C] [--api-key K] [--log-level info]``
+[--cancel-delay-seconds C] [--api-key K] [--together-balance-usd B] [--log-level info]``
 
 (also ``python -m airflow_training_provider.local_platform.cli serve ...``). Without ``--api-key`` the key
 is read from ``$AIRFLOW_TRAINING_PLATFORM_API_KEY``; if that is unset too, any non-empty key is accepted.
@@ -42,6 +42,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--api-key", default=None, help=f"required API key (default ${API_KEY_ENV})")
     serve.add_argument("--max-log-lines", type=int, default=2000, help="trainer lines kept per job")
     serve.add_argument(
+        "--together-balance-usd",
+        type=float,
+        default=None,
+        help="Together account balance in USD; jobs are cancelled (billing_limit) when it runs out "
+        "(default unlimited)",
+    )
+    serve.add_argument(
         "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
     )
     return parser
@@ -66,6 +73,7 @@ def serve(args: argparse.Namespace) -> int:
         cancel_delay_seconds=args.cancel_delay_seconds,
         api_key=args.api_key or os.environ.get(API_KEY_ENV) or None,
         max_log_lines=args.max_log_lines,
+        together_balance_usd=args.together_balance_usd,
     )
     os.makedirs(settings.data_dir, exist_ok=True)
     app = create_app(settings)

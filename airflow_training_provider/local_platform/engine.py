@@ -4,9 +4,16 @@ Routers (one per emulated platform) translate their wire protocol into calls on 
 and render the plain-dict records it returns. Every job runs the real trainer
 (:mod:`airflow_training_provider.local_platform.trainer`) as a child OS process.
 
-Lifecycle: ``queued`` (waiting for enough free simulated GPUs) → ``initializing`` (process started) →
-``running`` (first step/epoch line) → ``completed`` | ``failed``; a cancel moves a live job to
-``cancelling`` until its process exits, then ``cancelled`` (a queued job is cancelled at once).
+Lifecycle: [``pending`` (accepted, for ``JobSpec.pending_seconds``) →] ``queued`` (waiting for enough free
+simulated GPUs) → ``initializing`` (process started) → ``running`` (first step/epoch line) →
+[``finalizing`` (post-processing stages of ``JobSpec.finalize_stages``, no GPU held) →] ``completed`` |
+``failed``; a cancel moves a live job to ``cancelling`` until its process exits, then ``cancelled`` (a
+pending, queued or finalizing job is cancelled at once).
+
+Cancels come from a client (:meth:`TrainingEngine.cancel`) or from the platform itself
+(:meth:`TrainingEngine.platform_cancel`: a failed start-up integration, ``JobSpec.cancel_on_start``, or a
+spending budget running out, :meth:`TrainingEngine.set_budget`); both are recorded in ``cancel_requests``
+and ``cancel`` with ``initiator`` ``"user"`` or ``"platform"``.
 
 Children never outlive the engine: they are started from one long-lived launcher thread with
 ``PR_SET_PDEATHSIG=SIGKILL`` (Linux), and :meth:`TrainingEngine.shutdown` kills them all.
@@ -27,7 +34,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +52,7 @@ from airflow_training_provider.local_platform.records import (
 __all__ = [
     "JOB_STATES",
     "TERMINAL_STATES",
+    "BudgetExhausted",
     "EngineConfig",
     "EngineError",
     "InvalidJobSpec",
@@ -72,6 +81,10 @@ class StateConflict(EngineError):
         self.state = state
 
 
+class BudgetExhausted(EngineError):
+    """The platform's spending budget (see :meth:`TrainingEngine.set_budget`) is used up."""
+
+
 class InvalidJobSpec(EngineError):
     """A job spec value is unusable; ``field`` names the offending spec field."""
 
@@ -92,6 +105,7 @@ class EngineConfig:
     cancel_delay_seconds: test option; :meth:`TrainingEngine.cancel` sleeps this long before acting.
     startup_seconds_estimate: assumed process start-up time, for estimates only.
     max_log_lines: trainer stdout lines kept per job (oldest dropped).
+    budget_check_seconds: how often spending budgets are checked while jobs run.
     python: interpreter used for trainer processes.
     fault_hook: optional ``hook(point, job_id)`` called at fault-injection points ``"spawn"`` (before the
         trainer is started; an exception fails the job with its message) and ``"cancel"`` (before a cancel
@@ -108,6 +122,11 @@ class EngineConfig:
     max_log_lines: int = 2000
     python: str = sys.executable
     fault_hook: Callable[[str, str], None] | None = None
+    budget_check_seconds: float = 0.2
+
+
+_CANCEL_AT_ONCE = frozenset({"pending", "queued", "finalizing"})
+"""States without a trainer process: a cancel ends the job immediately."""
 
 
 class TrainingEngine:
@@ -127,6 +146,7 @@ class TrainingEngine:
         self._shutting_down = False
         self._launcher: threading.Thread | None = None
         self._readers: list[threading.Thread] = []
+        self._budgets: dict[str, dict[str, Any]] = {}
         os.makedirs(os.path.join(config.data_dir, "jobs"), exist_ok=True)
 
     # ----------------------------------------------------------------------------- lifecycle
@@ -153,6 +173,10 @@ class TrainingEngine:
                 for job_id in list(self._queue):
                     self._jobs[job_id].finish("failed", error="local platform shut down before start")
                 self._queue.clear()
+                for job in self._jobs.values():
+                    if job.state in ("pending", "finalizing"):
+                        job.finish("failed", error=f"local platform shut down while the job was {job.state}")
+                        job.add_event("job_error", job.error or "", level="error")
                 self._wake.notify_all()
         for proc in procs:
             try:
@@ -171,10 +195,10 @@ class TrainingEngine:
 
     # ----------------------------------------------------------------------------- API
     def submit(self, spec: JobSpec) -> dict[str, Any]:
-        """Queue a job; return its snapshot (state ``queued``).
+        """Queue a job; return its snapshot (state ``queued``, or ``pending`` if ``spec.pending_seconds``).
 
-        Raises InvalidJobSpec (unknown dataset, gpu_count outside 1..gpus, unknown resume checkpoint) and
-        EngineError if the engine is shutting down.
+        Raises InvalidJobSpec (unknown dataset, gpu_count outside 1..gpus, unknown resume checkpoint),
+        BudgetExhausted (the platform's budget is used up) and EngineError if the engine is shutting down.
         """
         if spec.dataset not in trainer_mod.DATASETS:
             raise InvalidJobSpec(
@@ -187,10 +211,15 @@ class TrainingEngine:
         with self._lock:
             if self._shutting_down:
                 raise EngineError("engine is shutting down")
+            budget = self._budgets.get(spec.platform)
+            if budget is not None and budget["exhausted_at"] is not None:
+                raise BudgetExhausted(
+                    f"spending budget of {budget['limit_usd']} USD for {spec.platform} is used up"
+                )
             resume_path = self._resolve_checkpoint(spec.resume_from) if spec.resume_from else None
-            job_id = f"{spec.id_prefix}{secrets.token_hex(6)}"
+            job_id = self._new_id(spec)
             while job_id in self._jobs:
-                job_id = f"{spec.id_prefix}{secrets.token_hex(6)}"
+                job_id = self._new_id(spec)
             config = {"seconds_per_epoch": self.config.seconds_per_epoch, **spec.hyperparameters}
             config["dataset"] = spec.dataset
             if resume_path:
@@ -219,9 +248,14 @@ class TrainingEngine:
                 "total_steps": spe * int(cfg["epochs"]),
             }
             self._jobs[job_id] = job
-            job.set_state("queued", now)
-            job.add_event("job_pending", "Job created and queued", created_at=now)
-            self._queue.append(job_id)
+            if spec.pending_seconds > 0:
+                job.set_state("pending", now)
+                job.advance_at = now + spec.pending_seconds
+                job.add_event("job_pending", "Job created", created_at=now)
+            else:
+                job.set_state("queued", now)
+                job.add_event("job_pending", "Job created and queued", created_at=now)
+                self._queue.append(job_id)
             self._wake.notify_all()
             return self._snapshot(job)
 
@@ -246,15 +280,18 @@ class TrainingEngine:
         force: bool = False,
         platform: str | None = None,
         request: dict[str, Any] | None = None,
+        message: str | None = None,
     ) -> dict[str, Any]:
         """Request cancellation; return the snapshot right after acting (does not wait for the exit).
 
-        queued → cancelled at once. initializing/running/cancelling → ``cancelling`` and a signal:
+        pending/queued/finalizing → cancelled at once. initializing/running/cancelling → ``cancelling``
+        and a signal:
         SIGKILL if ``force``; else SIGTERM (trainer writes ``ckpt_final``) if ``create_final_checkpoint``,
         otherwise SIGINT (trainer stops without a final checkpoint); SIGKILL after ``grace_seconds``.
         ``preserve_checkpoints=False`` deletes the job's automatic checkpoint files after the exit (a final
         checkpoint explicitly requested with ``create_final_checkpoint`` is kept).
-        Every call is recorded in ``cancel_requests`` with ``received_at``.
+        Every call is recorded in ``cancel_requests`` with ``received_at`` and ``initiator: "user"``.
+        ``message`` is the ``cancel_requested`` event's text (default ``"Cancel requested: <reason>"``).
         Raises JobNotFound, StateConflict (job already terminal).
         """
         received_at = time.time()
@@ -264,57 +301,137 @@ class TrainingEngine:
             self.config.fault_hook("cancel", job_id)
         with self._lock:
             job = self._find(job_id, platform)
-            entry = {
-                "received_at": received_at,
-                "acted_at": time.time(),
-                "state_at_request": job.state,  # when the cancel acted (after cancel_delay_seconds)
+            return self._cancel_locked(
+                job,
+                received_at,
+                reason,
+                preserve_checkpoints,
+                create_final_checkpoint,
+                force,
+                request,
+                message or f"Cancel requested: {reason or 'no reason given'}",
+                "user",
+            )
+
+    def platform_cancel(
+        self,
+        job_id: str,
+        reason: str,
+        events: Iterable[dict[str, Any]] = (),
+        message: str | None = None,
+    ) -> dict[str, Any]:
+        """The platform itself cancels a job (a failed start-up integration, a budget run out...).
+
+        ``events`` (``{"type", "message", "level"?, ...}``) are recorded first, explaining why; then the job
+        is cancelled like a client cancel without a final checkpoint (checkpoints kept), with a
+        ``cancel_requested`` event whose text is ``message`` (default ``reason``). Recorded in
+        ``cancel_requests`` / ``cancel`` with ``initiator: "platform"``. Raises JobNotFound, StateConflict.
+        """
+        with self._lock:
+            job = self._find(job_id, None)
+            if job.state in TERMINAL_STATES:
+                raise StateConflict(f"job {job_id} is already {job.state}", job.state)
+            return self._platform_cancel_locked(job, reason, events, message)
+
+    def set_budget(
+        self, platform: str, limit_usd: float, reason: str, events: Iterable[dict[str, Any]] = ()
+    ) -> None:
+        """Give ``platform`` a spending budget (an account balance) of ``limit_usd`` USD, shared by all its
+        jobs (their cost, see :meth:`JobRecord.cost`). When the spend reaches it, every unfinished job of the
+        platform is cancelled with :meth:`platform_cancel` (``reason``, ``events``) and new submits raise
+        BudgetExhausted. Checked every ``budget_check_seconds``."""
+        with self._lock:
+            self._budgets[platform] = {
+                "platform": platform,
+                "limit_usd": float(limit_usd),
+                "reason": reason,
+                "events": [dict(e) for e in events],
+                "exhausted_at": None,
+            }
+            self._wake.notify_all()
+
+    def _platform_cancel_locked(
+        self, job: JobRecord, reason: str, events: Iterable[dict[str, Any]], message: str | None
+    ) -> dict[str, Any]:
+        for event in events:
+            event = dict(event)
+            job.add_event(event.pop("type"), event.pop("message", ""), event.pop("level", "info"), **event)
+        return self._cancel_locked(
+            job, time.time(), reason, True, False, False, None, message or reason, "platform"
+        )
+
+    def _cancel_locked(
+        self,
+        job: JobRecord,
+        received_at: float,
+        reason: str | None,
+        preserve_checkpoints: bool,
+        create_final_checkpoint: bool,
+        force: bool,
+        request: dict[str, Any] | None,
+        message: str,
+        initiator: str,
+    ) -> dict[str, Any]:
+        job_id = job.job_id
+        entry = {
+            "received_at": received_at,
+            "acted_at": time.time(),
+            "state_at_request": job.state,  # when the cancel acted (after cancel_delay_seconds)
+            "reason": reason,
+            "preserve_checkpoints": preserve_checkpoints,
+            "create_final_checkpoint": create_final_checkpoint,
+            "force": force,
+            "request": copy.deepcopy(request),
+            "initiator": initiator,
+        }
+        job.cancel_requests.append(entry)
+        if job.state in TERMINAL_STATES:
+            entry["outcome"] = "rejected"
+            raise StateConflict(f"job {job_id} is already {job.state}", job.state)
+        entry["outcome"] = "accepted"
+        snap = self._snapshot(job)
+        if job.cancel is None:
+            job.cancel = {
+                "requested_at": received_at,
                 "reason": reason,
                 "preserve_checkpoints": preserve_checkpoints,
                 "create_final_checkpoint": create_final_checkpoint,
                 "force": force,
-                "request": copy.deepcopy(request),
+                "initiator": initiator,
+                "state_at_request": job.state,  # when the cancel acted (after cancel_delay_seconds)
+                "estimated_savings_usd": max(
+                    0.0, snap["cost"]["estimated_total_usd"] - snap["cost"]["current_usd"]
+                ),
             }
-            job.cancel_requests.append(entry)
-            if job.state in TERMINAL_STATES:
-                entry["outcome"] = "rejected"
-                raise StateConflict(f"job {job_id} is already {job.state}", job.state)
-            entry["outcome"] = "accepted"
-            snap = self._snapshot(job)
-            if job.cancel is None:
-                job.cancel = {
-                    "requested_at": received_at,
-                    "reason": reason,
-                    "preserve_checkpoints": preserve_checkpoints,
-                    "create_final_checkpoint": create_final_checkpoint,
-                    "force": force,
-                    "state_at_request": job.state,  # when the cancel acted (after cancel_delay_seconds)
-                    "estimated_savings_usd": max(
-                        0.0, snap["cost"]["estimated_total_usd"] - snap["cost"]["current_usd"]
-                    ),
-                }
-            else:
-                job.cancel["preserve_checkpoints"] = preserve_checkpoints
-                job.cancel["create_final_checkpoint"] |= create_final_checkpoint
-                job.cancel["force"] |= force
-            job.add_event("cancel_requested", f"Cancel requested: {reason or 'no reason given'}")
-            if job.state == "queued":
+        else:
+            job.cancel["preserve_checkpoints"] = preserve_checkpoints
+            job.cancel["create_final_checkpoint"] |= create_final_checkpoint
+            job.cancel["force"] |= force
+        job.add_event("cancel_requested", message)
+        if job.state in _CANCEL_AT_ONCE:
+            if job_id in self._queue:
                 self._queue.remove(job_id)
-                job.finish("cancelled")
-                job.add_event("job_stopped", "Job cancelled before it started")
-                return self._snapshot(job)
-            if job.state != "cancelling":
-                job.set_state("cancelling")
-            if force:
-                self._signal(job, signal.SIGKILL)
-            else:
-                self._signal(job, signal.SIGTERM if create_final_checkpoint else signal.SIGINT)
-                if job.kill_timer is None:
-                    job.kill_timer = threading.Timer(
-                        self.config.grace_seconds, self._grace_expired, (job_id,)
-                    )
-                    job.kill_timer.daemon = True
-                    job.kill_timer.start()
+            was = job.state
+            job.finish("cancelled")
+            job.add_event(
+                "job_stopped",
+                "Job cancelled while finalizing"
+                if was == "finalizing"
+                else "Job cancelled before it started",
+            )
+            self._wake.notify_all()
             return self._snapshot(job)
+        if job.state != "cancelling":
+            job.set_state("cancelling")
+        if force:
+            self._signal(job, signal.SIGKILL)
+        else:
+            self._signal(job, signal.SIGTERM if create_final_checkpoint else signal.SIGINT)
+            if job.kill_timer is None:
+                job.kill_timer = threading.Timer(self.config.grace_seconds, self._grace_expired, (job_id,))
+                job.kill_timer.daemon = True
+                job.kill_timer.start()
+        return self._snapshot(job)
 
     def wait_for_terminal(self, job_id: str, timeout: float | None) -> bool:
         """Block until the job is terminal (process exited and recorded) or ``timeout`` s pass.
@@ -344,16 +461,83 @@ class TrainingEngine:
             return os.path.abspath(ref)
         raise InvalidJobSpec("resume_from", f"checkpoint {ref!r} not found")
 
+    def _new_id(self, spec: JobSpec) -> str:
+        suffix = str(uuid.uuid4()) if spec.id_style == "uuid4" else secrets.token_hex(6)
+        return f"{spec.id_prefix}{suffix}"
+
     def _launch_loop(self) -> None:
+        """Spawn queued jobs when GPUs free up, and run the timed transitions (pending → queued,
+        finalizing stages, budget checks): everything time-driven happens on this one thread."""
         with self._lock:
             while not self._shutting_down:
+                now = time.time()
+                self._advance_due(now)
+                self._check_budgets(now)
                 while self._queue:
                     job = self._jobs[self._queue[0]]
                     if self._gpus_in_use + job.spec.gpu_count > self.config.gpus:
                         break  # strict FIFO: the head waits for enough free GPUs
                     self._queue.popleft()
                     self._spawn(job)
-                self._wake.wait()
+                self._wake.wait(self._next_wakeup(now))
+
+    def _next_wakeup(self, now: float) -> float | None:
+        """Seconds until the launcher must look again (None: only when notified)."""
+        due = [j.advance_at for j in self._jobs.values() if j.advance_at is not None]
+        wait = max(0.0, min(due) - now) if due else None
+        budgeted = {p for p, b in self._budgets.items() if b["exhausted_at"] is None}
+        if any(j.spec.platform in budgeted and j.state in LIVE_STATES for j in self._jobs.values()):
+            wait = (
+                min(wait, self.config.budget_check_seconds)
+                if wait is not None
+                else self.config.budget_check_seconds
+            )
+        return wait
+
+    def _advance_due(self, now: float) -> None:
+        for job in list(self._jobs.values()):
+            if job.advance_at is None or job.advance_at > now:
+                continue
+            job.advance_at = None
+            if job.state == "pending":
+                job.set_state("queued", now)
+                self._queue.append(job.job_id)
+            elif job.state == "finalizing":
+                self._next_stage(job)
+
+    def _next_stage(self, job: JobRecord) -> None:
+        """Enter the job's next finalizing stage, or complete it after the last one (lock held)."""
+        job.stage_index += 1
+        stages = job.spec.finalize_stages
+        if job.stage_index >= len(stages):
+            job.finish("completed")
+            job.add_event("job_complete", "Job completed")
+            return
+        stage = stages[job.stage_index]
+        now = time.time()
+        job.set_state("finalizing", now, stage=stage["name"])
+        job.add_event(stage["event_type"], stage.get("message", ""))
+        job.advance_at = now + float(stage.get("seconds", 0.0))
+
+    def _spent(self, platform: str, now: float) -> float:
+        rate = self.config.usd_per_gpu_hour
+        return sum(
+            j.cost(rate, 0.0, now)["current_usd"] for j in self._jobs.values() if j.spec.platform == platform
+        )
+
+    def _check_budgets(self, now: float) -> None:
+        for platform, budget in self._budgets.items():
+            if budget["exhausted_at"] is not None or self._spent(platform, now) < budget["limit_usd"]:
+                continue
+            budget["exhausted_at"] = now
+            for job in sorted(self._jobs.values(), key=lambda j: j.created_at):
+                if job.spec.platform == platform and job.state in (
+                    "pending",
+                    "queued",
+                    "initializing",
+                    "running",
+                ):
+                    self._platform_cancel_locked(job, budget["reason"], budget["events"], None)
 
     def _spawn(self, job: JobRecord) -> None:
         """Start the trainer for ``job`` (lock held, launcher thread)."""
@@ -421,12 +605,25 @@ class TrainingEngine:
                         job.add_event(
                             "warning", f"unreadable trainer report {exc!r}: {line[:200]}", "warning"
                         )
+                    if msg.get("type") == "started":
+                        self._on_started(job)
         returncode = job.proc.wait()
         with self._lock:
             self._on_exit(job, returncode)
 
+    def _on_started(self, job: JobRecord) -> None:
+        """The trainer loaded its data and model (lock held): record the spec's start-up events and run
+        its start-up cancel, if any."""
+        for event in job.spec.started_events:
+            event = dict(event)
+            job.add_event(event.pop("type"), event.pop("message", ""), event.pop("level", "info"), **event)
+        plan = job.spec.cancel_on_start
+        if plan and job.state not in TERMINAL_STATES and job.state != "cancelling":
+            self._platform_cancel_locked(job, plan["reason"], plan.get("events", ()), plan.get("message"))
+
     def _on_exit(self, job: JobRecord, returncode: int) -> None:
         job.returncode = returncode
+        job.exited_at = time.time()
         self._gpus_in_use -= job.spec.gpu_count
         if job.kill_timer is not None:
             job.kill_timer.cancel()
@@ -440,8 +637,11 @@ class TrainingEngine:
             job.finish("failed", error="local platform shut down while the job was running")
             job.add_event("job_error", job.error or "", level="error")
         elif returncode == 0 and job.completed_seen:
-            job.finish("completed")
-            job.add_event("job_complete", "Job completed")
+            if job.spec.finalize_stages:
+                self._next_stage(job)
+            else:
+                job.finish("completed")
+                job.add_event("job_complete", "Job completed")
         elif returncode == 0 and job.stopped_seen:
             job.cancel = job.cancel or {
                 "reason": f"trainer stopped by {job.stopped_seen.get('signal')} outside the API"

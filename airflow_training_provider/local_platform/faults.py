@@ -1,7 +1,7 @@
 """HTTP fault injection for tests of clients' retry / idempotency logic (local-only).
 
 Rules are added with ``POST /_local/faults`` (body = :class:`FaultRule` fields), listed with
-``GET /_local/faults`` and cleared with ``DELETE /_local/faults``. A rule matches requests by method and path
+``GET /_local/faults`` and cleared with ``DELETE /_local/faults`` (``?path_prefix=P``: only P's rules). A rule matches requests by method and path
 prefix (``/_local`` paths are never faulted) and fires ``count`` times (-1 = forever):
 
 * ``delay_seconds``: sleep before answering (simulates a slow platform / client timeouts);
@@ -59,10 +59,10 @@ class FaultInjector:
         with self._lock:
             return [r.model_dump() for r in self._rules]
 
-    def clear(self) -> None:
-        """Remove every rule."""
+    def clear(self, path_prefix: str | None = None) -> None:
+        """Remove every rule, or only the rules for exactly ``path_prefix``."""
         with self._lock:
-            self._rules.clear()
+            self._rules = [r for r in self._rules if path_prefix is not None and r.path_prefix != path_prefix]
 
     def _take(self, request: Request) -> FaultRule | None:
         if request.url.path.startswith("/_local"):

@@ -15,8 +15,20 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-JOB_STATES = ("queued", "initializing", "running", "cancelling", "completed", "failed", "cancelled")
-"""Every job state, in lifecycle order."""
+JOB_STATES = (
+    "pending",
+    "queued",
+    "initializing",
+    "running",
+    "finalizing",
+    "cancelling",
+    "completed",
+    "failed",
+    "cancelled",
+)
+"""Every job state, in lifecycle order. ``pending`` (accepted, not yet in the GPU queue) and ``finalizing``
+(trainer finished, post-processing stages running) only occur for specs that ask for them
+(:attr:`JobSpec.pending_seconds`, :attr:`JobSpec.finalize_stages`)."""
 
 TERMINAL_STATES = frozenset({"completed", "failed", "cancelled"})
 """States a job never leaves."""
@@ -31,7 +43,19 @@ class JobSpec:
 
     resume_from: a checkpoint reference, ``"<job_id>/<checkpoint_id>"`` or a checkpoint file path.
     request: the raw request body, kept verbatim in the job record.
-    id_prefix: job id prefix; ids are ``<id_prefix><12 hex>``.
+    id_prefix: job id prefix; ids are ``<id_prefix><12 hex>`` (``id_style="hex"``) or
+        ``<id_prefix><uuid4>`` (``id_style="uuid4"``).
+    pending_seconds: time the job spends ``pending`` (accepted, not yet queued for GPUs); 0 = straight to
+        ``queued``.
+    finalize_stages: post-processing after the trainer completed, run in order while the job is
+        ``finalizing`` (no GPU held, no cost): ``{"name": str, "seconds": float, "event_type": str,
+        "message": str}``; the job enters stage ``name`` (recorded as ``stage`` in the state history),
+        gets the event, and moves on after ``seconds``. Empty = ``completed`` as soon as the trainer exits.
+    started_events: events (``{"type", "message", "level"?, ...}``) recorded when the trainer reports it has
+        loaded its data and model (its ``started`` line).
+    cancel_on_start: if set, ``{"reason": str, "message"?: str, "events"?: [event...]}``: the platform
+        cancels the job right after ``started_events`` (see :meth:`TrainingEngine.platform_cancel`), e.g. a
+        start-up integration that failed.
     """
 
     name: str
@@ -45,6 +69,11 @@ class JobSpec:
     resume_from: str | None = None
     request: dict[str, Any] | None = None
     id_prefix: str = "job_train_"
+    id_style: str = "hex"
+    pending_seconds: float = 0.0
+    finalize_stages: list[dict[str, Any]] = field(default_factory=list)
+    started_events: list[dict[str, Any]] = field(default_factory=list)
+    cancel_on_start: dict[str, Any] | None = None
 
 
 @dataclass
@@ -63,6 +92,10 @@ class JobRecord:
     started_at: float | None = None
     running_at: float | None = None
     finished_at: float | None = None
+    exited_at: float | None = None
+    stage: str | None = None
+    stage_index: int = -1
+    advance_at: float | None = None
     state_history: list[dict[str, Any]] = field(default_factory=list)
     progress: dict[str, Any] = field(default_factory=dict)
     metrics: dict[str, Any] = field(default_factory=dict)
@@ -84,12 +117,17 @@ class JobRecord:
     terminal: threading.Event = field(default_factory=threading.Event)
 
     # ------------------------------------------------------------------------- mutations
-    def set_state(self, state: str, at: float | None = None) -> None:
-        """Move to ``state`` and append it to ``state_history`` with its time."""
+    def set_state(self, state: str, at: float | None = None, stage: str | None = None) -> None:
+        """Move to ``state`` (and sub-``stage``, for ``finalizing``) and append it to ``state_history`` with
+        its time (``{"state", "at"}`` plus ``"stage"`` when given)."""
         at = time.time() if at is None else at
         self.state = state
+        self.stage = stage
         self.updated_at = at
-        self.state_history.append({"state": state, "at": at})
+        entry: dict[str, Any] = {"state": state, "at": at}
+        if stage is not None:
+            entry["stage"] = stage
+        self.state_history.append(entry)
 
     def add_event(self, type_: str, message: str, level: str = "info", **extra: Any) -> None:
         """Append a generic event ``{type, message, level, created_at, **extra}`` (Together-style types)."""
@@ -101,6 +139,7 @@ class JobRecord:
     def finish(self, state: str, error: str | None = None) -> None:
         """Enter terminal ``state`` (recording ``error`` if given) and release waiters."""
         self.finished_at = time.time()
+        self.advance_at = None
         if error is not None:
             self.error = error
         self.set_state(state, self.finished_at)
@@ -192,7 +231,10 @@ class JobRecord:
         epochs_left = max(0, p["total_epochs"] - p["completed_epochs"])
         if self.state in TERMINAL_STATES:
             return 0.0
-        if self.state == "queued":
+        if self.state == "finalizing":
+            later = sum(float(s["seconds"]) for s in self.spec.finalize_stages[self.stage_index + 1 :])
+            return max(0.0, (self.advance_at or now) - now) + later
+        if self.state in ("pending", "queued"):
             return startup_estimate + epochs_left * pacing
         if p["step"] <= p["start_step"] or not p.get("training_started_at"):
             elapsed = now - (self.started_at or now)
@@ -204,9 +246,11 @@ class JobRecord:
         self, usd_per_gpu_hour: float, remaining_seconds: float, now: float | None = None
     ) -> dict[str, float]:
         """``{wall_seconds, gpu_seconds, current_usd, estimated_total_usd, usd_per_gpu_hour}``: cost is
-        usd_per_gpu_hour x gpu_count x process wall seconds (initializing → exit, or now) / 3600."""
+        usd_per_gpu_hour x gpu_count x process wall seconds (initializing → exit, or now) / 3600. Finalizing
+        stages after the exit hold no GPU and cost nothing."""
         now = time.time() if now is None else now
-        wall = ((self.finished_at or now) - self.started_at) if self.started_at else 0.0
+        end = self.exited_at or self.finished_at or now
+        wall = (end - self.started_at) if self.started_at else 0.0
         usd_per_second = usd_per_gpu_hour * self.spec.gpu_count / 3600.0
         return {
             "wall_seconds": wall,
@@ -218,8 +262,9 @@ class JobRecord:
 
     def snapshot(self, **computed: Any) -> dict[str, Any]:
         """Deep plain-dict copy. Keys: job_id, platform, name, tags, labels, description, dataset,
-        hyperparameters (effective trainer config), gpu_count, state, state_history, created_at
-        (= submitted_at), started_at, running_at, finished_at, updated_at, progress, metrics, checkpoints,
+        hyperparameters (effective trainer config), gpu_count, state, stage (finalizing sub-stage or None),
+        state_history, created_at (= submitted_at), started_at, running_at, exited_at (trainer exit),
+        finished_at, updated_at, progress, metrics, checkpoints,
         deleted_checkpoints, final_checkpoint_id, logs, events, error, cancel, cancel_requests, pid,
         returncode, job_dir, resume_from, resume_path, request, plus the engine's ``computed`` keys."""
         return copy.deepcopy(
@@ -234,11 +279,13 @@ class JobRecord:
                 "hyperparameters": self.config,
                 "gpu_count": self.spec.gpu_count,
                 "state": self.state,
+                "stage": self.stage,
                 "state_history": self.state_history,
                 "created_at": self.created_at,
                 "submitted_at": self.created_at,
                 "started_at": self.started_at,
                 "running_at": self.running_at,
+                "exited_at": self.exited_at,
                 "finished_at": self.finished_at,
                 "updated_at": self.updated_at,
                 "progress": self.progress,

@@ -30,6 +30,7 @@ OPTIONS = (
     "cancel_delay_seconds",
     "api_key",
     "max_log_lines",
+    "together_balance_usd",
     "log_level",
 )
 """Keyword options accepted by :class:`LocalPlatformServer` (each becomes the matching ``--cli-flag``)."""

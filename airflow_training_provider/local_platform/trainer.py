@@ -16,7 +16,8 @@ scikit-learn (no downloads), one epoch at a time over seeded, shuffled mini-batc
 * ``{"type": "epoch", "epoch", "step", "loss", "accuracy", "val_loss", "val_accuracy", "epoch_seconds",
   "samples_per_second"}``
 * ``{"type": "checkpoint", "checkpoint_id", "path", "epoch", "step", "kind", "size_bytes", "metrics"}``
-  where ``kind`` is ``"automatic"`` (after every epoch, id ``ckpt_epoch_<n>``) or ``"final"`` (id ``ckpt_final``)
+  where ``kind`` is ``"automatic"`` (after every epoch, or after the epochs in ``checkpoint_epochs``; id
+  ``ckpt_epoch_<n>``) or ``"final"`` (id ``ckpt_final``)
 * ``{"type": "completed", "epoch", "step", "metrics"}`` then exit 0
 * ``{"type": "stopped", "signal", "epoch", "step", "final_checkpoint_id"}`` then exit 0
 * ``{"type": "error", "message", "exception"}`` then exit 1
@@ -27,6 +28,8 @@ to sklearn unchecked, so sklearn's own validation decides), ``hidden_units`` (in
 default 0), ``seconds_per_epoch`` (float seconds, default 0: each epoch is paced to last at least this long to
 simulate a slow GPU), ``validation_fraction`` (default 0.2), ``report_interval_seconds`` (default 0.5), ``checkpoint_seconds``
 (default 0: every checkpoint write takes at least this long, simulating a big model's slow upload),
+``checkpoint_epochs`` (list of epoch numbers after which to write an automatic checkpoint; default None = every
+epoch),
 ``resume_from`` (path of a checkpoint file written by this program; training resumes at the epoch after the
 checkpoint's ``epoch`` with the checkpoint's model, optimizer state and scaler).
 
@@ -69,6 +72,7 @@ DEFAULTS: dict[str, Any] = {
     "validation_fraction": 0.2,
     "report_interval_seconds": 0.5,
     "checkpoint_seconds": 0.0,
+    "checkpoint_epochs": None,
     "resume_from": None,
 }
 """Default value of every config key."""
@@ -210,6 +214,9 @@ def train(job_dir: str, config: dict[str, Any]) -> int:
         }
     )
     completed_epochs = start_epoch - 1
+    checkpoint_epochs = (
+        None if cfg["checkpoint_epochs"] is None else {int(e) for e in cfg["checkpoint_epochs"]}
+    )
     metrics: dict[str, Any] = {}
     last_report = None
     for epoch in range(start_epoch, epochs + 1):
@@ -261,9 +268,10 @@ def train(job_dir: str, config: dict[str, Any]) -> int:
                 "samples_per_second": len(X_tr) / epoch_seconds if epoch_seconds > 0 else None,
             }
         )
-        _write_and_report(
-            job_dir, model, scaler, classes, cfg, f"ckpt_epoch_{epoch}", "automatic", epoch, step, metrics
-        )
+        if checkpoint_epochs is None or epoch in checkpoint_epochs:
+            _write_and_report(
+                job_dir, model, scaler, classes, cfg, f"ckpt_epoch_{epoch}", "automatic", epoch, step, metrics
+            )
     if _stop["requested"]:
         final_id = None
         if _stop["final_checkpoint"] and step > 0:  # an unfitted model is not worth a checkpoint

@@ -22,10 +22,11 @@ from airflow.sdk.bases.operator import TRIGGER_FAIL_REPR
 from airflow.sdk.exceptions import AirflowException, AirflowTaskTimeout
 
 from airflow_training_provider.errors import TrainingPlatformError, TransientPlatformError
+from airflow_training_provider.events import EventLog
 from airflow_training_provider.hooks.training import TrainingPlatformHook, complete_cancel_result
 from airflow_training_provider.hooks.transport import RetryPolicy
 from airflow_training_provider.identity import TaskIdentity
-from airflow_training_provider.models import CancelRequest, CancelResult, JobState, TrainingJob
+from airflow_training_provider.models import CancelRequest, CancelResult, JobEvent, JobState, TrainingJob
 from airflow_training_provider.progress import ProgressLog, describe
 from airflow_training_provider.task_instance_lookup import current_job_id
 from airflow_training_provider.triggers.training_job import TrainingJobTrigger
@@ -127,11 +128,18 @@ class TrainingJobWaitMixin:
         """Poll until terminal, holding the worker slot; ``on_kill`` wakes it up to stop."""
         progress = ProgressLog(self.log)
         progress.update(job)
+        events = EventLog(self.log)
+        seen: list[JobEvent] = []
         while not job.is_terminal:
             if self._stop.wait(self.poll_interval):
                 break
             try:
                 job = self.hook.get_job(job.id, budget=self.outage_budget)
+                if self.hook.dialect.capabilities.events:
+                    seen = self.hook.list_events(job.id, budget=self.outage_budget)
+                    events.write(events.new_events(seen), len(seen))
+                if job.is_terminal:
+                    job = self.hook.final_view(job, seen)
             except TransientPlatformError as exc:
                 raise LostContactWithPlatform(self._lost_contact_message(exc)) from exc
             progress.update(job)

@@ -66,6 +66,9 @@ class SubmitTrainingJobOperator(TrainingJobWaitMixin, BaseOperator):
     :param create_final_checkpoint: on cancel, ask the job to save a final checkpoint (where the
         platform can).
     :param confirm_cancel_timeout: seconds to wait for the platform to confirm a cancel.
+    :param resume_from_checkpoint: a retry of this task instance whose earlier job failed or was
+        cancelled starts from that job's last saved checkpoint (platforms that can resume); a new
+        DAG run never does.
     :param defer_timeout: seconds the task may stay deferred (Airflow's trigger timeout); when it
         runs out the job is cancelled and the task fails. ``execution_timeout`` is enforced too,
         deferred or not.
@@ -96,12 +99,15 @@ class SubmitTrainingJobOperator(TrainingJobWaitMixin, BaseOperator):
         create_final_checkpoint: bool = True,
         confirm_cancel_timeout: float = 60.0,
         defer_timeout: float | None = None,
+        resume_from_checkpoint: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.conn_id = conn_id
         self.spec = spec
         self.defer_timeout = defer_timeout
+        self.resume_from_checkpoint = resume_from_checkpoint
+        self._resume_from: tuple[str, Any] | None = None
         self.wait_for_completion = wait_for_completion
         self.deferrable = deferrable
         self.poll_interval = poll_interval
@@ -121,6 +127,8 @@ class SubmitTrainingJobOperator(TrainingJobWaitMixin, BaseOperator):
         identity = TaskIdentity.from_context(context)
         job = self.previous_job_to_resume(context, identity)
         if job is None:
+            if self._resume_from is not None:
+                spec = hook.dialect.resume_spec(spec, *self._resume_from) or spec
             job = hook.create_job(hook.dialect.with_tags(spec, identity.tags()))
             self.log.info("Submitted training job %s on %s: %s", job.id, hook.dialect.name, job.console_url)
         self.remember(context, identity, job)
@@ -129,6 +137,7 @@ class SubmitTrainingJobOperator(TrainingJobWaitMixin, BaseOperator):
 
         job = hook.get_job(job.id, budget=self.outage_budget)  # one check: no deferral for a job that ended
         if job.is_terminal:
+            job = hook.final_view(job)
             self.log.info("Training job %s", describe(job))
             return job_outcome(job)
         if self.deferrable:
@@ -174,6 +183,8 @@ class SubmitTrainingJobOperator(TrainingJobWaitMixin, BaseOperator):
             if job.state is JobState.SUCCEEDED and retry:
                 self.log.info("Training job %s of an earlier try already succeeded: adopting it", job.id)
                 return job
+            if retry and self.resume_from_checkpoint:
+                self._remember_resume_point(job)
             return None
         if not job.is_terminal:
             job = self._await_cancel_by_old_trigger(job)
@@ -195,6 +206,13 @@ class SubmitTrainingJobOperator(TrainingJobWaitMixin, BaseOperator):
         if job.is_terminal:
             self.log.info("Training job %s of the earlier try ended %s", job.id, job.state.value)
         return job
+
+    def _remember_resume_point(self, job: TrainingJob) -> None:
+        """A retry after a failed/cancelled job starts from that job's last saved checkpoint."""
+        checkpoints = job.checkpoints or self.hook.list_checkpoints(job.id)
+        if checkpoints:
+            self._resume_from = (job.id, checkpoints[-1])
+            self.log.info("The retry resumes from checkpoint %s of job %s", checkpoints[-1].id, job.id)
 
     def _previous_job_id(self, context: Any, identity: TaskIdentity) -> str | None:
         store = context.get("task_state_store")

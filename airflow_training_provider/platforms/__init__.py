@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from airflow_training_provider.platforms.base import ApiRequest, Capabilities, Credentials, Dialect
 from airflow_training_provider.platforms.tensorone import TensorOneDialect
+from airflow_training_provider.platforms.together import TogetherDialect
 
-DIALECTS: dict[str, type[Dialect]] = {d.conn_type: d for d in (TensorOneDialect,)}
+DIALECTS: dict[str, type[Dialect]] = {d.conn_type: d for d in (TensorOneDialect, TogetherDialect)}
 
 
 def get_dialect(conn_type: str) -> Dialect:
-    """The dialect for an Airflow connection type (``"tensorone"``...).
+    """The dialect for an Airflow connection type (``"tensorone"``, ``"together"``).
 
     :raises ValueError: if no dialect serves that connection type.
     """

@@ -54,12 +54,15 @@ class Capabilities:
     :ivar preserve_checkpoints_flag: cancel can be told to keep or delete checkpoints.
     :ivar events: the platform has a job event list worth streaming into the task log.
     :ivar list_jobs: jobs can be listed by tag (needed by re-attach and the orphan reaper).
+    :ivar checkpoints_in_job: the job object lists its checkpoints; if not, the checkpoints
+        endpoint is asked when a job ends.
     """
 
     final_checkpoint_on_cancel: bool = False
     preserve_checkpoints_flag: bool = False
     events: bool = False
     list_jobs: bool = False
+    checkpoints_in_job: bool = True
 
 
 @dataclass(frozen=True)
@@ -144,6 +147,17 @@ class Dialect(ABC):
 
     def parse_events(self, body: Any) -> list[JobEvent]:
         return []
+
+    def decisive_event(self, events: list[JobEvent]) -> JobEvent | None:
+        """The event that explains a failed or platform-cancelled job: by default the last one
+        with level ``error``. Platforms override this with their own rules."""
+        errors = [e for e in events if e.level.lower() in {"error", "legacy_ierror"}]
+        return errors[-1] if errors else None
+
+    def resume_spec(self, spec: dict[str, Any], job_id: str, checkpoint: Checkpoint) -> dict[str, Any] | None:
+        """``spec`` changed to start from ``checkpoint`` of job ``job_id``; ``None`` if the platform
+        cannot resume from a checkpoint."""
+        return None
 
     def error_fields(self, body: Any) -> tuple[str | None, str | None, str | None]:
         """``(code, message, request_id)`` from an error body; override per platform."""

@@ -249,6 +249,11 @@ class TensorOneDialect(Dialect):
         own = [t for t in spec.get("tags", []) if t not in tags]
         return {**spec, "tags": own + list(tags)}
 
+    def resume_spec(self, spec: dict[str, Any], job_id: str, checkpoint: Checkpoint) -> dict[str, Any]:
+        # No resume field is documented (§1.3); the local platform reads config.resumeFromCheckpoint.
+        config = {**(spec.get("config") or {}), "resumeFromCheckpoint": f"{job_id}/{checkpoint.id}"}
+        return {**spec, "config": config}
+
     def create_request(self, spec: dict[str, Any]) -> ApiRequest:
         return ApiRequest("POST", "/v2/training/jobs", json=spec, idempotent=False)
 

@@ -16,13 +16,19 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from asgiref.sync import sync_to_async
 
 from airflow_training_provider.errors import TrainingPlatformError, TransientPlatformError
+from airflow_training_provider.events import EventLog
 from airflow_training_provider.hooks.training_async import AsyncTrainingPlatformHook
 from airflow_training_provider.hooks.transport import RetryPolicy
 from airflow_training_provider.identity import TaskIdentity
 from airflow_training_provider.kill_decisions import on_kill_decision
-from airflow_training_provider.models import CancelRequest
+from airflow_training_provider.models import CancelRequest, JobEvent
 from airflow_training_provider.progress import ProgressLog
-from airflow_training_provider.task_instance_lookup import current_job_id, task_instance_state
+from airflow_training_provider.task_instance_lookup import (
+    current_job_id,
+    get_event_cursor,
+    set_event_cursor,
+    task_instance_state,
+)
 
 # Strong references to in-flight on_kill cancellations: a task only weakly referenced by the loop
 # could be garbage-collected mid-cancel.
@@ -53,13 +59,18 @@ class TrainingJobTrigger(BaseTrigger):
         bodies) tolerated before reporting ``lost_contact``.
     :param identity: the task instance try (``TaskIdentity`` fields as a dict) — lets ``on_kill``
         ask Airflow what happened to it.
+    :param event_cursor: platform events already written to the task log (platforms with
+        events): new ones are logged once, in order; the cursor is also kept in the
+        ``event_cursor`` XCom so a restarted triggerer resumes after the last written event.
     :param cancel: ``on_kill`` options: ``cancel_on_kill``, ``cancel_on_mark_success``,
         ``reattach_on_clear``, ``preserve_checkpoints``, ``create_final_checkpoint``,
         ``confirm_timeout`` (seconds), ``verify_timeout`` (seconds), ``cancel_if_unverified``.
 
     Emits exactly one event, a dict with ``status``:
 
-    * ``"terminal"`` with ``job`` (a :class:`~airflow_training_provider.models.TrainingJob` as JSON);
+    * ``"terminal"`` with ``job`` (a :class:`~airflow_training_provider.models.TrainingJob` as JSON,
+      its ``message`` quoting the decisive platform event when it failed or was cancelled) and
+      ``event_cursor``;
     * ``"timeout"`` with ``job_id`` and ``message``;
     * ``"lost_contact"`` with ``job_id`` and ``message``;
     * ``"error"`` with ``job_id`` and ``message`` (the platform refused the poll, e.g. 404).
@@ -74,6 +85,7 @@ class TrainingJobTrigger(BaseTrigger):
         outage_budget: float = 600.0,
         identity: dict[str, Any] | None = None,
         cancel: dict[str, Any] | None = None,
+        event_cursor: int = 0,
     ) -> None:
         super().__init__()
         self.conn_id = conn_id
@@ -83,6 +95,7 @@ class TrainingJobTrigger(BaseTrigger):
         self.outage_budget = float(outage_budget)
         self.identity = identity
         self.cancel = {**DEFAULT_ON_KILL, **(cancel or {})}
+        self.event_cursor = int(event_cursor)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         # Only plain JSON and never a secret: this lands in the trigger table.
@@ -96,6 +109,7 @@ class TrainingJobTrigger(BaseTrigger):
                 "outage_budget": self.outage_budget,
                 "identity": self.identity,
                 "cancel": self.cancel,
+                "event_cursor": self.event_cursor,
             },
         )
 
@@ -108,6 +122,9 @@ class TrainingJobTrigger(BaseTrigger):
         )
         progress = ProgressLog(self.log)
         async with hook.client() as client:
+            streaming = client.dialect.capabilities.events
+            events = EventLog(self.log, max(self.event_cursor, await self._load_cursor() if streaming else 0))
+            seen: list[JobEvent] = []
             while True:
                 if self.deadline is not None and time.time() >= self.deadline:
                     yield self._event(
@@ -116,6 +133,11 @@ class TrainingJobTrigger(BaseTrigger):
                     return
                 try:
                     job = await client.get_job(self.job_id, budget=self.outage_budget)
+                    if streaming:
+                        seen = await client.list_events(self.job_id, budget=self.outage_budget)
+                        await self._write_events(events, seen)
+                    if job.is_terminal:
+                        job = await client.final_view(job, seen)
                 except TransientPlatformError as exc:
                     yield self._event(
                         "lost_contact",
@@ -128,9 +150,40 @@ class TrainingJobTrigger(BaseTrigger):
                     return
                 progress.update(job)
                 if job.is_terminal:
-                    yield self._event("terminal", job=job.model_dump(mode="json"))
+                    yield self._event("terminal", job=job.model_dump(mode="json"), event_cursor=events.cursor)
                     return
                 await asyncio.sleep(self._next_sleep())
+
+    async def _write_events(self, log: EventLog, events: list[JobEvent]) -> None:
+        """Save the cursor, then write the new events — the write happens even if a triggerer
+        shutdown cancels us during the save, so an event is lost only if the process is killed."""
+        new = log.new_events(events)
+        if not new:
+            return
+        try:
+            await self._save_cursor(len(events))
+        finally:
+            log.write(new, len(events))
+
+    async def _load_cursor(self) -> int:
+        if not self.identity:
+            return 0
+        try:
+            value = await sync_to_async(get_event_cursor)(TaskIdentity(**self.identity))
+        except Exception as exc:  # noqa: BLE001 - no XCom access (e.g. dag.test): keep the kwarg cursor
+            self.log.debug("event cursor not readable: %s", exc)
+            return 0
+        return int(value or 0)
+
+    async def _save_cursor(self, cursor: int) -> None:
+        if not self.identity:
+            return
+        try:
+            await asyncio.shield(sync_to_async(set_event_cursor)(TaskIdentity(**self.identity), cursor))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            self.log.debug("event cursor not saved: %s", exc)
 
     def _next_sleep(self) -> float:
         if self.deadline is None:

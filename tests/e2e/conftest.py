@@ -4,6 +4,7 @@ the example DAGs plus the test DAGs. DAGs run with ``airflow dags test`` in a su
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -12,6 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from airflow_training_provider.local_platform.server import LocalPlatformServer
+from tests.conftest import API_KEY
 
 ROOT = Path(__file__).resolve().parents[2]
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
@@ -42,7 +46,16 @@ class AirflowEnv:
 
 
 @pytest.fixture(scope="session")
-def airflow_env(tmp_path_factory, conn_uri_env) -> AirflowEnv:
+def broke_platform(tmp_path_factory):
+    """A local platform whose Together account holds $0.002: a fine-tune runs out of balance."""
+    with LocalPlatformServer(
+        tmp_path_factory.mktemp("broke"), seconds_per_epoch=0.5, api_key=API_KEY, together_balance_usd=0.002
+    ) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def airflow_env(tmp_path_factory, conn_uri_env, platform, broke_platform) -> AirflowEnv:
     home = tmp_path_factory.mktemp("airflow")
     dags = home / "dags"
     dags.mkdir()
@@ -57,6 +70,10 @@ def airflow_env(tmp_path_factory, conn_uri_env) -> AirflowEnv:
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
         "AIRFLOW_CONN_TENSORONE_LOCAL": conn_uri_env,
+        "AIRFLOW_CONN_TOGETHER_LOCAL": json.dumps({"conn_type": "together", "host": platform.url, "password": API_KEY}),
+        "AIRFLOW_CONN_TOGETHER_BROKE": json.dumps(
+            {"conn_type": "together", "host": broke_platform.url, "password": API_KEY}
+        ),
         "TRAINING_MODEL_REGISTRY": str(registry),
         "PYTHONUNBUFFERED": "1",
     }

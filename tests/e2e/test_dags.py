@@ -20,19 +20,19 @@ def platform_jobs(platform, name: str | None = None) -> list[dict]:
 
 
 def test_example_dag_trains_evaluates_and_promotes(airflow_env, platform):
-    before = {j["id"] for j in platform_jobs(platform)}
+    before = {j["job_id"] for j in platform_jobs(platform)}
     run = airflow_env.dags_test("tensorone_retrain_digits")
     out = run.stdout + run.stderr
     assert run.returncode == 0, out[-5000:]
-    new = [j for j in platform_jobs(platform) if j["id"] not in before]
+    new = [j for j in platform_jobs(platform) if j["job_id"] not in before]
     assert len(new) == 1, "exactly one job submitted"
     job = new[0]
     assert job["state"] == "completed"
     record = json.loads((airflow_env.registry / "digits-classifier.json").read_text())
-    assert record["job_id"] == job["id"]
+    assert record["job_id"] == job["job_id"]
     assert record["validation_accuracy"] >= 0.90
     assert Path(record["checkpoint_path"]).is_file()
-    assert "Training job " + job["id"] in out  # progress lines reached the task log
+    assert "Training job " + job["job_id"] in out  # progress lines reached the task log
     assert API_KEY not in out
 
 
@@ -41,9 +41,10 @@ def test_failed_job_fails_the_task_with_platform_message(airflow_env, platform):
     out = run.stdout + run.stderr
     jobs = platform_jobs(platform, "negative-lr")
     assert jobs and jobs[-1]["state"] == "failed"
-    message = jobs[-1]["error_message"]
+    message = jobs[-1]["error"]
     assert "learning_rate" in message
-    assert "TrainingJobFailed" in out and f"Training job {jobs[-1]['id']} failed" in out
+    assert run.returncode != 0
+    assert "TrainingJobFailed" in out and f"Training job {jobs[-1]['job_id']} failed" in out
     assert "learning_rate" in out.split("TrainingJobFailed", 1)[1][:2000]
 
 
@@ -55,7 +56,7 @@ def test_sigterm_to_running_task_cancels_job_with_final_checkpoint(airflow_env, 
         job = None
         while time.monotonic() < deadline:
             running = [j for j in platform_jobs(platform, "long-sync-job") if j["state"] == "running"]
-            if running and running[-1]["progress"].get("epoch", 0) >= 1:
+            if running and running[-1]["progress"].get("completed_epochs", 0) >= 1:
                 job = running[-1]
                 break
             time.sleep(0.5)
@@ -67,11 +68,81 @@ def test_sigterm_to_running_task_cancels_job_with_final_checkpoint(airflow_env, 
             proc.kill()
             proc.wait()
     out = log.read_text()
-    record = next(j for j in platform_jobs(platform) if j["id"] == job["id"])
+    record = next(j for j in platform_jobs(platform) if j["job_id"] == job["job_id"])
     assert record["state"] == "cancelled", out[-3000:]
     assert len(record["cancel_requests"]) == 1
     assert record["cancel_requests"][0]["create_final_checkpoint"] is True
     finals = [c for c in record["checkpoints"] if c["kind"] == "final"]
     assert finals and Path(finals[0]["path"]).is_file()
     assert "TrainingJobCancelledByAirflow" in out
-    assert "state=success" not in out.lower() or "train" not in out
+    assert proc.returncode != 0  # the DAG run failed: the task did not go on to succeed
+
+
+def together_jobs(platform, suffix: str) -> list[dict]:
+    return [j for j in platform_jobs(platform) if j["platform"] == "together" and suffix in json.dumps(j["request"])]
+
+
+def event_lines(out: str) -> list[str]:
+    return [line for line in out.splitlines() if "Platform event" in line]
+
+
+def test_together_finetune_example_succeeds_with_events_once_in_order(airflow_env, platform):
+    run = airflow_env.dags_test("together_finetune_digits")
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out[-5000:]
+    job = together_jobs(platform, "digits-")[-1]
+    assert job["state"] == "completed"
+    # "Platform event <created_at> [<type>] <message>": the event's own identity, not the log line's
+    keys = [line[line.index("Platform event") :].split("]")[0] for line in event_lines(out)]
+    types = [key.rsplit("[", 1)[1] for key in keys]
+    expected_order = ["job_pending", "job_start", "training_start", "training_complete", "job_complete"]
+    positions = [types.index(t) for t in expected_order]
+    assert positions == sorted(positions), types
+    assert len(keys) == len(set(keys)), "an event was logged twice"
+    assert len(keys) == len(job["events"]), (types, [e["type"] for e in job["events"]])
+    assert "from_checkpoint=" + job["job_id"] + ":" in out
+
+
+def test_together_bad_wandb_key_auto_cancel_fails_task_with_event_message(airflow_env, platform):
+    run = airflow_env.dags_test("e2e_together_bad_wandb_key")
+    out = run.stdout + run.stderr
+    assert run.returncode != 0
+    job = together_jobs(platform, "bad-wandb")[-1]
+    assert job["state"] == "cancelled"
+    failure = out.split("TrainingJobFailed", 1)[1][:3000]
+    assert "wandb_init" in failure and ("W&B" in failure or "wandb" in failure.lower())
+
+
+def test_together_balance_auto_cancel_fails_task_with_billing_event(airflow_env, broke_platform):
+    run = airflow_env.dags_test("e2e_together_out_of_balance")
+    out = run.stdout + run.stderr
+    assert run.returncode != 0
+    job = together_jobs(broke_platform, "broke")[-1]
+    assert job["state"] == "cancelled"
+    failure = out.split("TrainingJobFailed", 1)[1][:3000]
+    assert "billing_limit" in failure
+
+
+def submit_directly(platform, **training) -> str:
+    body = {"name": "sensor-target", "datasetId": "digits", "config": {"training": training}}
+    response = requests.post(
+        f"{platform.url}/v2/training/jobs", json=body, headers={"Authorization": f"Bearer {API_KEY}"}, timeout=10
+    )
+    return response.json()["jobId"]
+
+
+def test_sensor_waits_deferred_for_an_existing_job(airflow_env, platform):
+    job_id = submit_directly(platform, epochs=4, seconds_per_epoch=0.3)
+    run = airflow_env.dags_test("e2e_sensor", "--conf", json.dumps({"job_id": job_id}))
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out[-3000:]
+    assert f"Training job {job_id} succeeded" in out
+    assert next(j for j in platform_jobs(platform) if j["job_id"] == job_id)["state"] == "completed"
+
+
+def test_sensor_fails_on_a_failed_job(airflow_env, platform):
+    job_id = submit_directly(platform, epochs=2, learning_rate=-1.0)
+    run = airflow_env.dags_test("e2e_sensor", "--conf", json.dumps({"job_id": job_id}))
+    out = run.stdout + run.stderr
+    assert run.returncode != 0
+    assert f"Training job {job_id} failed" in out and "learning_rate" in out

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,27 @@ import requests
 from tests.killpaths.stack import AirflowStack
 
 API_KEY = "kill-path-key"
+
+
+@dataclass(frozen=True)
+class Flavor:
+    """A platform the scenarios run on: its DAG-id suffix, its REST paths, what its cancel can do."""
+
+    name: str
+    suffix: str
+    jobs_path: str  # REST collection of jobs
+    final_checkpoint: bool  # cancel can ask for a final checkpoint
+
+    def dag(self, base: str) -> str:
+        return base + self.suffix
+
+    def job_path(self, job_id: str) -> str:
+        return f"{self.jobs_path}/{job_id}"
+
+
+TENSORONE = Flavor("tensorone", "", "/v2/training/jobs", final_checkpoint=True)
+TOGETHER = Flavor("together", "_together", "/v1/fine-tunes", final_checkpoint=False)
+FLAVORS = {f.name: f for f in (TENSORONE, TOGETHER)}
 
 
 @dataclass
@@ -93,17 +115,21 @@ class Platform:
         raise AssertionError(f"no running job #{count} for {dag_id}/{run_id}: {self.jobs(dag_id, run_id)}")
 
     def cancel(self, job_id: str) -> None:
+        """Cancel from "the console": the platform's own API, not Airflow."""
+        flavor = TOGETHER if job_id.startswith("ft-") else TENSORONE
         requests.post(
-            f"{self.url}/v2/training/jobs/{job_id}/cancel",
+            f"{self.url}{flavor.job_path(job_id)}/cancel",
             headers={"Authorization": f"Bearer {API_KEY}"},
             json={"reason": "stopped from the console", "createFinalCheckpoint": True},
             timeout=30,
         )
 
-    def cancel_all(self, dag_id: str, run_id: str) -> None:
-        for job in self.jobs(dag_id, run_id):
-            if job["state"] not in {"completed", "failed", "cancelled"}:
-                self.cancel(job["job_id"])
+    def together_events(self, job_id: str) -> list[dict]:
+        """A Together job's events as its API serves them."""
+        response = requests.get(
+            f"{self.url}{TOGETHER.job_path(job_id)}/events", headers={"Authorization": f"Bearer {API_KEY}"}, timeout=10
+        )
+        return response.json()["data"]
 
     def add_fault(self, **rule: Any) -> None:
         requests.post(f"{self.url}/_local/faults", json=rule, timeout=10).raise_for_status()
@@ -114,11 +140,13 @@ class Platform:
     def clear_faults(self) -> None:
         requests.delete(f"{self.url}/_local/faults", timeout=10)
 
+    def disable_faults(self, path_prefix: str) -> None:
+        """Remove the rules on one job's path (others' rules, from concurrent scenarios, stay)."""
+        requests.delete(f"{self.url}/_local/faults", params={"path_prefix": path_prefix}, timeout=10)
+
 
 def _xcom(stack: AirflowStack, dag_id: str, run_id: str, key: str) -> Any:
-    return stack.call("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/train/xcomEntries/{key}")[
-        "value"
-    ]
+    return stack.call("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/train/xcomEntries/{key}")["value"]
 
 
 def _start_deferred(stack: AirflowStack, platform: Platform, dag_id: str) -> tuple[str, dict]:
@@ -156,229 +184,139 @@ def _user_action_cancels(stack, platform, case, dag_id, action) -> Outcome:
     return _finish(stack, platform, case, dag_id, run_id, expect_cancel=True, since=t0)
 
 
+def _iso(value: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
 # -- K1–K4: user actions on a deferred task --------------------------------------------------------
-def k1_mark_failed(stack, platform) -> Outcome:
-    dag = "kp_deferred"
-    return _user_action_cancels(
-        stack,
-        platform,
-        "K1 mark failed (deferred)",
-        dag,
-        lambda run: stack.set_ti_state(dag, run, "train", "failed"),
-    )
+def k1_mark_failed(stack, platform, flavor: Flavor) -> Outcome:
+    dag = flavor.dag("kp_deferred")
+    return _user_action_cancels(stack, platform, "K1 mark failed (deferred)", dag,
+                                lambda run: stack.set_ti_state(dag, run, "train", "failed"))
 
 
-def k2_clear(stack, platform) -> Outcome:
-    dag = "kp_deferred"
+def k2_clear(stack, platform, flavor: Flavor) -> Outcome:
+    dag = flavor.dag("kp_deferred")
     run_id, old = _start_deferred(stack, platform, dag)
     t0 = time.time()
     stack.clear_ti(dag, run_id, "train")
     new = platform.wait_running(dag, run_id, count=2)
     old = platform.job(old["job_id"])
     stack.wait_ti(dag, run_id, "train", {"deferred"})
-    outcome = _finish(
-        stack,
-        platform,
-        "K2 clear (deferred)",
-        dag,
-        run_id,
-        expect_cancel=True,
-        since=t0,
-        expected_submits=2,
-        old=old,
-        new=new,
-        xcom_job=_xcom(stack, dag, run_id, "job_id"),
-    )
+    outcome = _finish(stack, platform, "K2 clear (deferred)", dag, run_id, expect_cancel=True, since=t0,
+                      expected_submits=2, old=old, new=new, xcom_job=_xcom(stack, dag, run_id, "job_id"))
     stack.set_ti_state(dag, run_id, "train", "failed")  # clean up the new try's job
     platform.wait_job(new["job_id"], {"cancelled"}, timeout=60)
     return outcome
 
 
-def k2b_clear_reattach(stack, platform) -> Outcome:
-    dag = "kp_deferred_reattach_on_clear"
+def k2b_clear_reattach(stack, platform, flavor: Flavor) -> Outcome:
+    dag = flavor.dag("kp_deferred_reattach_on_clear")
     run_id, job = _start_deferred(stack, platform, dag)
     stack.clear_ti(dag, run_id, "train")
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:  # the new try defers again, on the same job
-        ti = stack.ti(dag, run_id, "train")
-        if ti["try_number"] == 2 and ti["state"] == "deferred":
-            break
-        time.sleep(0.5)
+    ti = _wait_try(stack, dag, run_id, 2, {"deferred"}, timeout=60)  # the new try defers on the same job
     time.sleep(3)
-    outcome = _finish(
-        stack,
-        platform,
-        "K2b clear, reattach_on_clear",
-        dag,
-        run_id,
-        expect_cancel=False,
-        try_number=ti["try_number"],
-        xcom_job=_xcom(stack, dag, run_id, "job_id"),
-        job=job,
-    )
+    outcome = _finish(stack, platform, "K2b clear, reattach_on_clear", dag, run_id, expect_cancel=False,
+                      try_number=ti["try_number"], xcom_job=_xcom(stack, dag, run_id, "job_id"), job=job)
     stack.set_ti_state(dag, run_id, "train", "failed")
     platform.wait_job(job["job_id"], {"cancelled"}, timeout=60)
     return outcome
 
 
-def k3_mark_success(stack, platform) -> Outcome:
-    dag = "kp_deferred"
+def k3_mark_success(stack, platform, flavor: Flavor) -> Outcome:
+    dag = flavor.dag("kp_deferred")
     run_id, job = _start_deferred(stack, platform, dag)
     stack.set_ti_state(dag, run_id, "train", "success")
     time.sleep(10)  # on_kill fires ~1.5 s after the PATCH; give a wrong cancel time to show up
-    outcome = _finish(
-        stack,
-        platform,
-        "K3 mark success (deferred)",
-        dag,
-        run_id,
-        expect_cancel=False,
-        job_state=platform.job(job["job_id"])["state"],
-    )
+    outcome = _finish(stack, platform, "K3 mark success (deferred)", dag, run_id, expect_cancel=False,
+                      job_state=platform.job(job["job_id"])["state"])
     platform.cancel(job["job_id"])  # clean up
     return outcome
 
 
-def k3b_mark_success_option(stack, platform) -> Outcome:
-    dag = "kp_deferred_mark_success_cancels"
-    return _user_action_cancels(
-        stack,
-        platform,
-        "K3b mark success, cancel_on_mark_success",
-        dag,
-        lambda run: stack.set_ti_state(dag, run, "train", "success"),
-    )
+def k3b_mark_success_option(stack, platform, flavor: Flavor) -> Outcome:
+    dag = flavor.dag("kp_deferred_mark_success_cancels")
+    return _user_action_cancels(stack, platform, "K3b mark success, cancel_on_mark_success", dag,
+                                lambda run: stack.set_ti_state(dag, run, "train", "success"))
 
 
-def k4_dag_run_failed(stack, platform) -> Outcome:
-    dag = "kp_deferred"
-    return _user_action_cancels(
-        stack,
-        platform,
-        "K4 DAG run marked failed",
-        dag,
-        lambda run: stack.set_dag_run_state(dag, run, "failed"),
-    )
+def k4_dag_run_failed(stack, platform, flavor: Flavor) -> Outcome:
+    dag = flavor.dag("kp_deferred")
+    return _user_action_cancels(stack, platform, "K4 DAG run marked failed", dag,
+                                lambda run: stack.set_dag_run_state(dag, run, "failed"))
 
 
-def k4b_dagrun_timeout(stack, platform) -> Outcome:
-    dag = "kp_dagrun_timeout"
+def k4b_dagrun_timeout(stack, platform, flavor: Flavor) -> Outcome:
+    dag = flavor.dag("kp_dagrun_timeout")
     run_id, job = _start_deferred(stack, platform, dag)
     start = stack.call("GET", f"/dags/{dag}/dagRuns/{run_id}")["start_date"]
     platform.wait_job(job["job_id"], {"cancelled"}, timeout=90)
     stack.wait_ti(dag, run_id, "train", {"skipped", "failed"}, timeout=30)
     time.sleep(3)
-    t_timeout = _iso(start) + 30
-    return _finish(stack, platform, "K4b dagrun_timeout", dag, run_id, expect_cancel=True, since=t_timeout)
+    return _finish(stack, platform, "K4b dagrun_timeout", dag, run_id, expect_cancel=True, since=_iso(start) + 30)
 
 
-# -- K5–K9: timeouts, triggerer restarts, slow cancels ----------------------------------------------
-def k5_execution_timeout_deferred(stack, platform) -> Outcome:
-    dag = "kp_exec_timeout_deferred"
+# -- K5, K6, K9: timeouts and slow cancels ---------------------------------------------------------
+def k5_execution_timeout_deferred(stack, platform, flavor: Flavor) -> Outcome:
+    dag = flavor.dag("kp_exec_timeout_deferred")
     run_id, first = _start_deferred(stack, platform, dag)
     ti = stack.ti(dag, run_id, "train")
     first = platform.wait_job(first["job_id"], {"cancelled"}, timeout=90)
     second = platform.wait_running(dag, run_id, count=2, min_epochs=0, timeout=90)
-    outcome = _finish(
-        stack,
-        platform,
-        "K5 execution_timeout (deferred)",
-        dag,
-        run_id,
-        expect_cancel=True,
-        since=_iso(ti["start_date"]) + 25,
-        expected_submits=2,
-        first=first,
-        second=second,
-    )
+    outcome = _finish(stack, platform, "K5 execution_timeout (deferred)", dag, run_id, expect_cancel=True,
+                      since=_iso(ti["start_date"]) + 25, expected_submits=2, first=first, second=second)
     stack.set_ti_state(dag, run_id, "train", "failed")  # don't wait for the retry to time out too
     platform.wait_job(second["job_id"], {"cancelled"}, timeout=60)
     return outcome
 
 
-def k6_defer_timeout(stack, platform) -> Outcome:
-    dag = "kp_defer_timeout"
+def k6_defer_timeout(stack, platform, flavor: Flavor) -> Outcome:
+    dag = flavor.dag("kp_defer_timeout")
     run_id, job = _start_deferred(stack, platform, dag)
     platform.wait_job(job["job_id"], {"cancelled"}, timeout=90)
     stack.wait_ti(dag, run_id, "train", {"failed"}, timeout=60)
-    return _finish(
-        stack,
-        platform,
-        "K6 defer timeout",
-        dag,
-        run_id,
-        expect_cancel=True,
-        log=stack.task_log(dag, run_id, "train", 1),
-    )
+    return _finish(stack, platform, "K6 defer timeout", dag, run_id, expect_cancel=True,
+                   log=stack.task_log(dag, run_id, "train", 1))
 
 
-def k7_triggerer_restart(stack, platform) -> Outcome:
-    dag = "kp_short_deferred"
+def k9_slow_cancel(stack, platform, flavor: Flavor) -> Outcome:
+    dag = flavor.dag("kp_deferred")
     run_id, job = _start_deferred(stack, platform, dag)
-    name = next(n for n in stack.components if n.startswith("triggerer"))
-    stack.components[name].stop()
-    time.sleep(2)
-    stack.start_triggerer(name)
-    stack.wait_ti(dag, run_id, "train", {"success", "failed"}, timeout=180)
-    return _finish(stack, platform, "K7 triggerer restart", dag, run_id, expect_cancel=False)
-
-
-def k9_slow_cancel(stack, platform) -> Outcome:
-    dag = "kp_deferred"
-    run_id, job = _start_deferred(stack, platform, dag)
-    platform.add_fault(
-        method="POST", path_prefix=f"/v2/training/jobs/{job['job_id']}/cancel", delay_seconds=6, count=1
-    )
+    platform.add_fault(method="POST", path_prefix=f"{flavor.job_path(job['job_id'])}/cancel", delay_seconds=6, count=1)
     t0 = time.time()
-    try:
-        stack.set_ti_state(dag, run_id, "train", "failed")
-        platform.wait_job(job["job_id"], {"cancelled"}, timeout=90)
-    finally:
-        platform.clear_faults()
+    stack.set_ti_state(dag, run_id, "train", "failed")
+    platform.wait_job(job["job_id"], {"cancelled"}, timeout=90)
     time.sleep(2)
     return _finish(stack, platform, "K9 slow cancel (6 s)", dag, run_id, expect_cancel=True, since=t0)
 
 
 # -- K10–K13: a task running on a worker ------------------------------------------------------------
-def k10_sigterm_task(stack, platform) -> Outcome:
-    dag = "kp_running"
+def k10_sigterm_task(stack, platform, flavor: Flavor) -> Outcome:
+    dag = flavor.dag("kp_running")
     run_id, job = _start_running(stack, platform, dag)
     pid = int(_xcom(stack, dag, run_id, "pid"))
     t0 = time.time()
     os.kill(pid, signal.SIGTERM)
     platform.wait_job(job["job_id"], {"cancelled"}, timeout=60)
     ti = stack.wait_ti(dag, run_id, "train", {"failed", "success", "up_for_retry"}, timeout=60)
-    return _finish(
-        stack,
-        platform,
-        "K10 SIGTERM running task",
-        dag,
-        run_id,
-        expect_cancel=True,
-        since=t0,
-        stopped_after=_iso(ti["end_date"]) - t0,
-    )
+    return _finish(stack, platform, "K10 SIGTERM running task", dag, run_id, expect_cancel=True, since=t0,
+                   stopped_after=_iso(ti["end_date"]) - t0)
 
 
-def k11_execution_timeout_running(stack, platform) -> Outcome:
-    dag = "kp_running_exec_timeout"
+def k11_execution_timeout_running(stack, platform, flavor: Flavor) -> Outcome:
+    dag = flavor.dag("kp_running_exec_timeout")
     run_id, job = _start_running(stack, platform, dag)
     ti = stack.ti(dag, run_id, "train")
     platform.wait_job(job["job_id"], {"cancelled"}, timeout=90)
     stack.wait_ti(dag, run_id, "train", {"failed"}, timeout=60)
-    return _finish(
-        stack,
-        platform,
-        "K11 execution_timeout (running)",
-        dag,
-        run_id,
-        expect_cancel=True,
-        since=_iso(ti["start_date"]) + 25,
-    )
+    return _finish(stack, platform, "K11 execution_timeout (running)", dag, run_id, expect_cancel=True,
+                   since=_iso(ti["start_date"]) + 25)
 
 
-def k12_mark_failed_running(stack, platform) -> Outcome:
-    dag = "kp_running"
+def k12_mark_failed_running(stack, platform, flavor: Flavor) -> Outcome:
+    dag = flavor.dag("kp_running")
     run_id, job = _start_running(stack, platform, dag)
     t0 = time.time()
     stack.set_ti_state(dag, run_id, "train", "failed")
@@ -395,47 +333,6 @@ def _kill_worker(stack, dag, run_id) -> None:
     os.kill(supervisor, signal.SIGKILL)
 
 
-def k13_worker_crash_reattach(stack, platform) -> Outcome:
-    dag = "kp_worker_crash_reattach"
-    run_id, job = _start_running(stack, platform, dag)
-    _kill_worker(stack, dag, run_id)
-    ti = _wait_try(stack, dag, run_id, 2, {"running"})
-    time.sleep(3)
-    outcome = _finish(
-        stack,
-        platform,
-        "K13 worker SIGKILL → retry re-attaches",
-        dag,
-        run_id,
-        expect_cancel=False,
-        job=job,
-        try_number=ti["try_number"],
-        xcom_job=_xcom(stack, dag, run_id, "job_id"),
-        job_state=platform.job(job["job_id"])["state"],
-    )
-    stack.set_ti_state(dag, run_id, "train", "failed")
-    platform.wait_job(job["job_id"], {"cancelled"}, timeout=60)
-    return outcome
-
-
-def k13b_worker_crash_adopt(stack, platform) -> Outcome:
-    dag = "kp_worker_crash_adopt"
-    run_id, job = _start_running(stack, platform, dag)
-    _kill_worker(stack, dag, run_id)
-    platform.wait_job(job["job_id"], {"completed"}, timeout=120)
-    ti = stack.wait_ti(dag, run_id, "train", {"success", "failed"}, timeout=180)
-    return _finish(
-        stack,
-        platform,
-        "K13b worker SIGKILL → retry adopts result",
-        dag,
-        run_id,
-        expect_cancel=False,
-        try_number=ti["try_number"],
-        log=stack.task_log(dag, run_id, "train", ti["try_number"]),
-    )
-
-
 def _wait_try(stack, dag, run_id, try_number, states, timeout=120) -> dict:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -446,134 +343,198 @@ def _wait_try(stack, dag, run_id, try_number, states, timeout=120) -> dict:
     raise AssertionError(f"try {try_number} never reached {states}: {ti}")
 
 
-# -- K14–K18: platform faults, outside cancels, already-failed jobs, the reaper ---------------------
-def k14_flaky_polling(stack, platform) -> Outcome:
-    dag = "kp_short_deferred"
+def k13_worker_crash_reattach(stack, platform, flavor: Flavor) -> Outcome:
+    dag = flavor.dag("kp_worker_crash_reattach")
+    run_id, job = _start_running(stack, platform, dag)
+    _kill_worker(stack, dag, run_id)
+    ti = _wait_try(stack, dag, run_id, 2, {"running"})
+    time.sleep(3)
+    outcome = _finish(stack, platform, "K13 worker SIGKILL → retry re-attaches", dag, run_id, expect_cancel=False,
+                      job=job, try_number=ti["try_number"], xcom_job=_xcom(stack, dag, run_id, "job_id"),
+                      job_state=platform.job(job["job_id"])["state"])
+    stack.set_ti_state(dag, run_id, "train", "failed")
+    platform.wait_job(job["job_id"], {"cancelled"}, timeout=60)
+    return outcome
+
+
+def k13b_worker_crash_adopt(stack, platform, flavor: Flavor) -> Outcome:
+    dag = flavor.dag("kp_worker_crash_adopt")
+    run_id, job = _start_running(stack, platform, dag)
+    _kill_worker(stack, dag, run_id)
+    platform.wait_job(job["job_id"], {"completed"}, timeout=120)
+    ti = stack.wait_ti(dag, run_id, "train", {"success", "failed"}, timeout=180)
+    return _finish(stack, platform, "K13b worker SIGKILL → retry adopts result", dag, run_id, expect_cancel=False,
+                   try_number=ti["try_number"], log=stack.task_log(dag, run_id, "train", ti["try_number"]))
+
+
+# -- K14–K16: platform faults, outside cancels -------------------------------------------------------
+def k14_flaky_polling(stack, platform, flavor: Flavor) -> Outcome:
+    dag = flavor.dag("kp_short_deferred")
     run_id, job = _start_deferred(stack, platform, dag)
-    prefix = f"/v2/training/jobs/{job['job_id']}"
-    for rule in (
+    prefix = flavor.job_path(job["job_id"])
+    rules = (
         {"status": 503},
         {"status": 429, "retry_after": 3},
         {"delay_seconds": 12},  # longer than the trigger's call timeout
         {"body": "<html>upstream hiccup</html>"},
-    ):
-        platform.add_fault(method="GET", path_prefix=prefix, count=1, **rule)
-    try:
-        ti = stack.wait_ti(dag, run_id, "train", {"success", "failed"}, timeout=180)
-        fired = [r["fired"] for r in platform.faults()]
-    finally:
-        platform.clear_faults()
-    return _finish(
-        stack,
-        platform,
-        "K14 503/429/timeout/malformed while polling",
-        dag,
-        run_id,
-        expect_cancel=False,
-        fired=fired,
-        log=stack.task_log(dag, run_id, "train", ti["try_number"]),
     )
+    for rule in rules:
+        platform.add_fault(method="GET", path_prefix=prefix, count=1, **rule)
+    ti = stack.wait_ti(dag, run_id, "train", {"success", "failed"}, timeout=180)
+    fired = [r["fired"] for r in platform.faults() if r["path_prefix"] == prefix and r["method"] == "GET"]
+    return _finish(stack, platform, "K14 503/429/timeout/malformed while polling", dag, run_id,
+                   expect_cancel=False, fired=fired, log=stack.task_log(dag, run_id, "train", ti["try_number"]))
 
 
-def k15_outage_beyond_budget(stack, platform) -> Outcome:
-    dag = "kp_outage_retry"
+def k15_outage_beyond_budget(stack, platform, flavor: Flavor) -> Outcome:
+    dag = flavor.dag("kp_outage_retry")
     run_id, job = _start_deferred(stack, platform, dag)
-    platform.add_fault(method="GET", path_prefix=f"/v2/training/jobs/{job['job_id']}", status=503, count=-1)
+    prefix = flavor.job_path(job["job_id"])
+    platform.add_fault(method="GET", path_prefix=prefix, status=503, count=-1)
     try:
         stack.wait_ti(dag, run_id, "train", {"up_for_retry", "failed"}, timeout=90)
         log1 = stack.task_log(dag, run_id, "train", 1)
         during = platform.job(job["job_id"])
     finally:
-        platform.clear_faults()
+        platform.disable_faults(prefix)
     ti = stack.wait_ti(dag, run_id, "train", {"success", "failed"}, timeout=180)
-    return _finish(
-        stack,
-        platform,
-        "K15 outage beyond budget",
-        dag,
-        run_id,
-        expect_cancel=False,
-        log1=log1,
-        state_during=during["state"],
-        try_number=ti["try_number"],
-    )
+    return _finish(stack, platform, "K15 outage beyond budget", dag, run_id, expect_cancel=False,
+                   log1=log1, state_during=during["state"], try_number=ti["try_number"])
 
 
-def k16_cancelled_outside(stack, platform) -> Outcome:
-    dag = "kp_deferred"
+def k16_cancelled_outside(stack, platform, flavor: Flavor) -> Outcome:
+    dag = flavor.dag("kp_deferred")
     run_id, job = _start_deferred(stack, platform, dag)
     platform.cancel(job["job_id"])
     ti = stack.wait_ti(dag, run_id, "train", {"success", "failed"}, timeout=60)
-    outcome = _finish(
-        stack,
-        platform,
-        "K16 job stopped outside Airflow",
-        dag,
-        run_id,
-        expect_cancel=False,
-        log=stack.task_log(dag, run_id, "train", ti["try_number"]),
-    )
-    outcome.notes["outside_cancels"] = len(outcome.cancels)
-    outcome.expect_cancel = True  # the one cancel is the console's, not Airflow's
+    outcome = _finish(stack, platform, "K16 job stopped outside Airflow", dag, run_id, expect_cancel=True,
+                      log=stack.task_log(dag, run_id, "train", ti["try_number"]))
+    outcome.notes["outside_cancels"] = len(outcome.cancels)  # the one cancel is the console's, not Airflow's
     return outcome
 
 
-def k17_already_failed(stack, platform) -> Outcome:
-    dag = "kp_fails_fast"
-    # Hold the operator's first status check until the trainer has failed (it dies in ~2 s).
-    platform.add_fault(method="GET", path_prefix="/v2/training/jobs/job_train_", delay_seconds=6, count=1)
+def k19_platform_auto_cancel(stack, platform, flavor: Flavor) -> Outcome:
+    """Together cancels a job by itself (invalid W&B key): the task fails quoting the event."""
+    dag = "kp_bad_wandb_key_together"
+    run_id = stack.trigger(dag)
+    ti = stack.wait_ti(dag, run_id, "train", {"success", "failed"}, timeout=120)
+    return _finish(stack, platform, "K19 platform auto-cancel (W&B key)", dag, run_id, expect_cancel=False,
+                   log=stack.task_log(dag, run_id, "train", ti["try_number"]))
+
+
+# -- exclusive scenarios: they stop triggerers or fault a whole platform, one run per flavor at once ----
+def _stop_triggerers(stack) -> list[str]:
+    names = [n for n, c in stack.components.items() if n.startswith("triggerer") and c.proc.poll() is None]
+    for name in names:
+        stack.components[name].signal(signal.SIGTERM)
+    for name in names:
+        stack.components[name].stop()
+    return names
+
+
+def k7_triggerer_restart(stack, platform, flavors: list[Flavor]) -> dict[str, Outcome]:
+    runs = {f.name: (f.dag("kp_short_deferred"), *_start_deferred(stack, platform, f.dag("kp_short_deferred")))
+            for f in flavors}
+    names = _stop_triggerers(stack)  # every triggerer: graceful SIGTERM, as a deploy would
+    time.sleep(2)
+    for name in names:
+        stack.start_triggerer(name)
+    for dag, run_id, _ in runs.values():
+        stack.wait_ti(dag, run_id, "train", {"success", "failed"}, timeout=180)
+    return {name: _finish(stack, platform, "K7 triggerer restart", dag, run_id, expect_cancel=False)
+            for name, (dag, run_id, _) in runs.items()}
+
+
+def _wait_triggerer_job(stack, dag, run_id, predicate, timeout: float = 60) -> int | None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job = (stack.ti(dag, run_id, "train").get("triggerer_job") or {}).get("id")
+        if predicate(job):
+            return job
+        time.sleep(1)
+    raise AssertionError(f"triggerer job of {dag}/{run_id} never matched; last {job}")
+
+
+def k8_triggerer_reassignment(stack, platform, flavors: list[Flavor]) -> dict[str, Outcome]:
+    """Two triggerers; the owner stops heartbeating (SIGSTOP), the other takes the triggers over,
+    then the owner wakes up (SIGCONT) and — in 3.3.2 — calls on_kill on its stale copies."""
+    stack.components["triggerer-1"].stop()  # so the triggers land on triggerer-0
+    runs = {f.name: (f.dag("kp_medium_deferred"), *_start_deferred(stack, platform, f.dag("kp_medium_deferred")))
+            for f in flavors}
+    owners = {n: _wait_triggerer_job(stack, dag, run, lambda j: j is not None) for n, (dag, run, _) in runs.items()}
+    stack.start_triggerer("triggerer-1")
+    owner = stack.components["triggerer-0"]
+    owner.signal(signal.SIGSTOP)
     try:
-        run_id = stack.trigger(dag)
-        ti = stack.wait_ti(dag, run_id, "train", {"success", "failed"}, timeout=120)
+        taken = {n: _wait_triggerer_job(stack, dag, run, lambda j, o=owners[n]: j is not None and j != o, timeout=120)
+                 for n, (dag, run, _) in runs.items()}
+    finally:
+        owner.signal(signal.SIGCONT)
+    time.sleep(8)  # the woken owner cancels its stale copies (on_kill) now
+    mid = {n: platform.job(job["job_id"])["state"] for n, (_, _, job) in runs.items()}
+    outcomes = {}
+    for name, (dag, run_id, _) in runs.items():
+        ti = stack.wait_ti(dag, run_id, "train", {"success", "failed"}, timeout=180)
+        outcomes[name] = _finish(stack, platform, "K8 trigger reassigned to another triggerer", dag, run_id,
+                                 expect_cancel=False, owner_job=owners[name], taken_by=taken[name],
+                                 state_after_wake=mid[name], log=stack.task_log(dag, run_id, "train", ti["try_number"]))
+    return outcomes
+
+
+def k17_already_failed(stack, platform, flavors: list[Flavor]) -> dict[str, Outcome]:
+    # Hold each operator's first status check until its trainer has failed (it dies in ~2 s).
+    for f in flavors:
+        platform.add_fault(method="GET", path_prefix=f.jobs_path + "/", delay_seconds=6, count=1)
+    try:
+        runs = {f.name: (f.dag("kp_fails_fast"), stack.trigger(f.dag("kp_fails_fast"))) for f in flavors}
+        tis = {n: stack.wait_ti(dag, run, "train", {"success", "failed"}, timeout=120) for n, (dag, run) in runs.items()}
     finally:
         platform.clear_faults()
-    return _finish(
-        stack,
-        platform,
-        "K17 job already failed at first check",
-        dag,
-        run_id,
-        expect_cancel=False,
-        log=stack.task_log(dag, run_id, "train", ti["try_number"]),
-    )
+    return {n: _finish(stack, platform, "K17 job already failed at first check", dag, run, expect_cancel=False,
+                       log=stack.task_log(dag, run, "train", tis[n]["try_number"]))
+            for n, (dag, run) in runs.items()}
 
 
-def k18_reaper_when_triggerer_down(stack, platform) -> Outcome:
-    dag = "kp_deferred"
-    run_id, job = _start_deferred(stack, platform, dag)
-    name = next(n for n in stack.components if n.startswith("triggerer"))
-    stack.components[name].stop()
+def k18_reaper_when_triggerer_down(stack, platform, flavors: list[Flavor]) -> dict[str, Outcome]:
+    runs = {f.name: (f, f.dag("kp_deferred"), *_start_deferred(stack, platform, f.dag("kp_deferred"))) for f in flavors}
+    names = _stop_triggerers(stack)
     try:
         t0 = time.time()
-        stack.set_ti_state(dag, run_id, "train", "failed")
+        for _, dag, run_id, _ in runs.values():
+            stack.set_ti_state(dag, run_id, "train", "failed")
         time.sleep(3)
-        untouched = platform.job(job["job_id"])["state"]
-        reaper_run = stack.trigger("kp_reaper")
-        reaper = stack.wait_ti("kp_reaper", reaper_run, "reap", {"success", "failed"}, timeout=120)
-        platform.wait_job(job["job_id"], {"cancelled"}, timeout=60)
+        untouched = {n: platform.job(job["job_id"])["state"] for n, (_, _, _, job) in runs.items()}
+        reapers = {}
+        for name, (flavor, *_rest) in runs.items():
+            reaper_run = stack.trigger(flavor.dag("kp_reaper"))
+            reapers[name] = stack.wait_ti(flavor.dag("kp_reaper"), reaper_run, "reap", {"success", "failed"}, 120)
+        for _, _, _, job in runs.values():
+            platform.wait_job(job["job_id"], {"cancelled"}, timeout=60)
     finally:
-        stack.start_triggerer(name)
+        for name in names:
+            stack.start_triggerer(name)
     time.sleep(5)
-    return _finish(
-        stack,
-        platform,
-        "K18 mark failed, triggerer down → reaper",
-        dag,
-        run_id,
-        expect_cancel=True,
-        since=t0,
-        untouched=untouched,
-        reaper_state=reaper["state"],
-    )
+    return {n: _finish(stack, platform, "K18 mark failed, triggerer down → reaper", dag, run_id, expect_cancel=True,
+                       since=t0, untouched=untouched[n], reaper_state=reapers[n]["state"])
+            for n, (_, dag, run_id, _) in runs.items()}
 
 
-def _iso(value: str) -> float:
-    from datetime import datetime
+def k20_events_across_triggerer_restart(stack, platform, flavors: list[Flavor]) -> dict[str, Outcome]:
+    """Events streamed into the task log, the triggerer restarted mid-stream: each event once, in order."""
+    dag = "kp_events_together"
+    run_id, job = _start_deferred(stack, platform, dag)
+    time.sleep(4)  # some events are written before the restart
+    names = _stop_triggerers(stack)
+    time.sleep(2)
+    for name in names:
+        stack.start_triggerer(name)
+    ti = stack.wait_ti(dag, run_id, "train", {"success", "failed"}, timeout=180)
+    return {"together": _finish(stack, platform, "K20 events across a triggerer restart", dag, run_id,
+                                expect_cancel=False, log=stack.task_log(dag, run_id, "train", ti["try_number"]),
+                                events=platform.together_events(job["job_id"]))}
 
-    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
 
-
-SCENARIOS = [
+SHAREABLE = [
     k1_mark_failed,
     k2_clear,
     k2b_clear_reattach,
@@ -583,7 +544,6 @@ SCENARIOS = [
     k4b_dagrun_timeout,
     k5_execution_timeout_deferred,
     k6_defer_timeout,
-    k7_triggerer_restart,
     k9_slow_cancel,
     k10_sigterm_task,
     k11_execution_timeout_running,
@@ -593,6 +553,52 @@ SCENARIOS = [
     k14_flaky_polling,
     k15_outage_beyond_budget,
     k16_cancelled_outside,
-    k17_already_failed,
-    k18_reaper_when_triggerer_down,
+    k19_platform_auto_cancel,
 ]
+EXCLUSIVE = [k7_triggerer_restart, k8_triggerer_reassignment, k17_already_failed, k18_reaper_when_triggerer_down,
+             k20_events_across_triggerer_restart]
+TOGETHER_ONLY = {"k19_platform_auto_cancel", "k20_events_across_triggerer_restart"}
+SCENARIOS = {f.__name__: f for f in SHAREABLE + EXCLUSIVE}
+
+
+def _progress(message: str) -> None:
+    """Scenario timings: to ``$KILLPATHS_PROGRESS_LOG`` if set (to watch a run), else stderr."""
+    line = f"[killpaths {time.strftime('%H:%M:%S')}] {message}\n"
+    if path := os.environ.get("KILLPATHS_PROGRESS_LOG"):
+        with open(path, "a") as f:
+            f.write(line)
+    else:
+        sys.stderr.write(line)
+
+
+def run_scenarios(stack, platform, wanted: set[tuple[str, str]], workers: int = 4) -> dict[tuple[str, str], Any]:
+    """Run ``(scenario, flavor)`` pairs: exclusive ones first, one scenario at a time for all its
+    flavors at once; then the shareable ones concurrently. Returns an Outcome or the exception."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    results: dict[tuple[str, str], Any] = {}
+    for scenario in EXCLUSIVE:
+        flavors = [FLAVORS[f] for (name, f) in sorted(wanted) if name == scenario.__name__]
+        if flavors:
+            t0 = time.monotonic()
+            try:
+                for flavor_name, outcome in scenario(stack, platform, flavors).items():
+                    results[(scenario.__name__, flavor_name)] = outcome
+            except Exception as exc:  # reported by each test of the group
+                results.update({(scenario.__name__, f.name): exc for f in flavors})
+            _progress(f"{scenario.__name__} {[f.name for f in flavors]}: {time.monotonic() - t0:.0f} s")
+    shared = [(name, f) for (name, f) in sorted(wanted) if SCENARIOS[name] in SHAREABLE]
+
+    def run_one(pair):
+        name, flavor = pair
+        t0 = time.monotonic()
+        try:
+            return pair, SCENARIOS[name](stack, platform, FLAVORS[flavor])
+        except Exception as exc:
+            return pair, exc
+        finally:
+            _progress(f"{name} [{flavor}]: {time.monotonic() - t0:.0f} s")
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        results.update(dict(pool.map(run_one, shared)))
+    return results

@@ -132,8 +132,18 @@ class AirflowStack:
         return self.start_component(name, "triggerer")
 
     def stop(self) -> None:
+        """SIGTERM every component at once, then wait for each (SIGKILL after a timeout)."""
+        for component in self.components.values():
+            if component.proc.poll() is None:
+                try:
+                    component.signal(signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
         for component in reversed(list(self.components.values())):
             component.stop()
+
+    def triggerers(self) -> list[Component]:
+        return [c for n, c in self.components.items() if n.startswith("triggerer") and c.proc.poll() is None]
 
     def wait_healthy(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout

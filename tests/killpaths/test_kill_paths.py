@@ -1,173 +1,235 @@
-"""K1–K18 (shared/cases/kill-paths.md) on a real Airflow 3.3 stack, judged by the platform's records."""
+"""K1–K20 (shared/cases/kill-paths.md) on a real Airflow 3.3 stack, for every platform, judged by
+the platform's own records (submits, cancel requests, states, checkpoint files).
+
+The scenarios run once per session in the ``outcomes`` fixture (see conftest); each test asserts on
+its (scenario, platform) outcome.
+"""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
-from tests.killpaths import scenarios as s
+from tests.killpaths.scenarios import FLAVORS, Outcome
 
-pytestmark = pytest.mark.killpaths
-
-
-@pytest.fixture
-def env(kill_path_env):
-    return kill_path_env
+# The first test's setup runs every selected scenario (see conftest.outcomes): give it the time.
+pytestmark = [pytest.mark.killpaths, pytest.mark.timeout(3000)]
+ALL = pytest.mark.parametrize("flavor", list(FLAVORS), indirect=True)
+TOGETHER = pytest.mark.parametrize("flavor", ["together"], indirect=True)
 
 
-def assert_cancelled_once_with_final_checkpoint(outcome: s.Outcome, job: dict | None = None) -> dict:
-    job = job or outcome.jobs[0]
+def scenario(name: str):
+    return pytest.mark.scenario(name)
+
+
+def assert_cancelled_once_keeping_checkpoints(o: Outcome, job: dict | None = None) -> dict:
+    """One accepted cancel; checkpoints kept — and where the platform can, a final one written."""
+    job = job or o.jobs[0]
     accepted = [r for r in job["cancel_requests"] if r.get("outcome") == "accepted"]
     assert job["state"] == "cancelled", job["state"]
     assert len(accepted) == 1, job["cancel_requests"]
-    assert accepted[0]["create_final_checkpoint"] is True and accepted[0]["preserve_checkpoints"] is True
-    assert outcome.final_checkpoint_files(job), job["checkpoints"]
+    assert accepted[0]["preserve_checkpoints"] is True
+    files = [Path(c["path"]) for c in job["checkpoints"]]
+    assert files and all(f.is_file() for f in files), job["checkpoints"]
+    if job["platform"] == "tensorone":
+        assert accepted[0]["create_final_checkpoint"] is True
+        assert o.final_checkpoint_files(job), job["checkpoints"]
     return job
 
 
-def test_k1_mark_failed_cancels_once(env):
-    o = s.k1_mark_failed(*env)
-    assert o.submits == 1
-    assert_cancelled_once_with_final_checkpoint(o)
-    assert o.ti_state == "failed"
+@ALL
+@scenario("k1_mark_failed")
+def test_k1_mark_failed_cancels_once(outcome):
+    assert outcome.submits == 1
+    assert_cancelled_once_keeping_checkpoints(outcome)
+    assert outcome.ti_state == "failed"
 
 
-def test_k2_clear_cancels_old_job_before_the_new_try_submits(env):
-    o = s.k2_clear(*env)
-    old, new = o.notes["old"], o.notes["new"]
-    assert o.submits == 2  # the old try's job and exactly one for the new try
-    assert_cancelled_once_with_final_checkpoint(o, old)
-    assert new["job_id"] != old["job_id"] and o.notes["xcom_job"] == new["job_id"]
+@ALL
+@scenario("k2_clear")
+def test_k2_clear_cancels_old_job_before_the_new_try_submits(outcome):
+    old, new = outcome.notes["old"], outcome.notes["new"]
+    assert outcome.submits == 2  # the old try's job and exactly one for the new try
+    assert_cancelled_once_keeping_checkpoints(outcome, old)
+    assert new["job_id"] != old["job_id"] and outcome.notes["xcom_job"] == new["job_id"]
     assert new["created_at"] >= old["finished_at"], "two jobs ran at once for the task"
 
 
-def test_k2b_clear_with_reattach_on_clear_keeps_the_job(env):
-    o = s.k2b_clear_reattach(*env)
-    assert o.submits == 1 and o.cancels == []
-    assert o.notes["try_number"] == 2 and o.notes["xcom_job"] == o.notes["job"]["job_id"]
+@ALL
+@scenario("k2b_clear_reattach")
+def test_k2b_clear_with_reattach_on_clear_keeps_the_job(outcome):
+    assert outcome.submits == 1 and outcome.cancels == []
+    assert outcome.notes["try_number"] == 2 and outcome.notes["xcom_job"] == outcome.notes["job"]["job_id"]
 
 
-def test_k3_mark_success_does_not_cancel(env):
-    o = s.k3_mark_success(*env)
-    assert o.cancels == [] and o.notes["job_state"] == "running"
-    assert o.ti_state == "success"
+@ALL
+@scenario("k3_mark_success")
+def test_k3_mark_success_does_not_cancel(outcome):
+    assert outcome.cancels == [] and outcome.notes["job_state"] == "running"
+    assert outcome.ti_state == "success"
 
 
-def test_k3b_mark_success_cancels_when_asked(env):
-    o = s.k3b_mark_success_option(*env)
-    assert_cancelled_once_with_final_checkpoint(o)
-    assert o.ti_state == "success"
+@ALL
+@scenario("k3b_mark_success_option")
+def test_k3b_mark_success_cancels_when_asked(outcome):
+    assert_cancelled_once_keeping_checkpoints(outcome)
+    assert outcome.ti_state == "success"
 
 
-def test_k4_dag_run_failed_cancels_once(env):
-    o = s.k4_dag_run_failed(*env)
-    assert_cancelled_once_with_final_checkpoint(o)
-    assert o.ti_state == "failed"
+@ALL
+@scenario("k4_dag_run_failed")
+def test_k4_dag_run_failed_cancels_once(outcome):
+    assert_cancelled_once_keeping_checkpoints(outcome)
+    assert outcome.ti_state == "failed"
 
 
-def test_k4b_dagrun_timeout_cancels_once(env):
-    o = s.k4b_dagrun_timeout(*env)
-    assert_cancelled_once_with_final_checkpoint(o)
-    assert o.ti_state == "skipped"
+@ALL
+@scenario("k4b_dagrun_timeout")
+def test_k4b_dagrun_timeout_cancels_once(outcome):
+    assert_cancelled_once_keeping_checkpoints(outcome)
+    assert outcome.ti_state == "skipped"
 
 
-def test_k5_execution_timeout_while_deferred(env):
-    o = s.k5_execution_timeout_deferred(*env)
-    first, second = o.notes["first"], o.notes["second"]
-    assert_cancelled_once_with_final_checkpoint(o, first)
-    assert abs(o.latency) < 15, f"cancel arrived {o.latency:.1f} s from the 25 s deadline"
-    assert "execution_timeout" in first["cancel_requests"][0]["reason"]
+@ALL
+@scenario("k5_execution_timeout_deferred")
+def test_k5_execution_timeout_while_deferred(outcome):
+    first, second = outcome.notes["first"], outcome.notes["second"]
+    assert_cancelled_once_keeping_checkpoints(outcome, first)
+    assert abs(outcome.latency) < 15, f"cancel arrived {outcome.latency:.1f} s from the 25 s deadline"
+    assert "execution_timeout" in first["cancel_requests"][0]["reason"] or first["platform"] != "tensorone"
     assert second["created_at"] >= first["finished_at"], "the retry ran beside the first job"
 
 
-def test_k6_defer_timeout_cancels(env):
-    o = s.k6_defer_timeout(*env)
-    assert_cancelled_once_with_final_checkpoint(o)
-    assert o.ti_state == "failed"
-    assert "Trigger timeout" in o.notes["log"] or "TaskDeferralTimeout" in o.notes["log"]
+@ALL
+@scenario("k6_defer_timeout")
+def test_k6_defer_timeout_cancels(outcome):
+    assert_cancelled_once_keeping_checkpoints(outcome)
+    assert outcome.ti_state == "failed"
+    assert "Trigger timeout" in outcome.notes["log"] or "TaskDeferralTimeout" in outcome.notes["log"]
 
 
-def test_k7_triggerer_restart_never_cancels(env):
-    o = s.k7_triggerer_restart(*env)
-    assert o.cancels == [] and o.submits == 1
-    assert o.jobs[0]["state"] == "completed" and o.ti_state == "success"
+@ALL
+@scenario("k7_triggerer_restart")
+def test_k7_triggerer_restart_never_cancels(outcome):
+    assert outcome.cancels == [] and outcome.submits == 1
+    assert outcome.jobs[0]["state"] == "completed" and outcome.ti_state == "success"
 
 
-def test_k9_slow_cancel_still_completes(env):
-    o = s.k9_slow_cancel(*env)
-    assert_cancelled_once_with_final_checkpoint(o)
-    assert o.latency is not None and o.latency < 20
+@ALL
+@scenario("k8_triggerer_reassignment")
+def test_k8_reassigned_trigger_is_not_cancelled(outcome):
+    assert outcome.notes["taken_by"] != outcome.notes["owner_job"]
+    assert outcome.notes["state_after_wake"] == "running"
+    assert outcome.cancels == [] and outcome.submits == 1
+    assert outcome.ti_state == "success" and outcome.jobs[0]["state"] == "completed"
 
 
-def test_k10_sigterm_to_running_task_cancels_and_stops_it(env):
-    o = s.k10_sigterm_task(*env)
-    assert_cancelled_once_with_final_checkpoint(o)
-    assert o.ti_state == "failed"
-    assert o.notes["stopped_after"] < 30
+@ALL
+@scenario("k9_slow_cancel")
+def test_k9_slow_cancel_still_completes(outcome):
+    assert_cancelled_once_keeping_checkpoints(outcome)
+    assert outcome.latency is not None and outcome.latency < 20
 
 
-def test_k11_execution_timeout_while_running(env):
-    o = s.k11_execution_timeout_running(*env)
-    assert_cancelled_once_with_final_checkpoint(o)
-    assert o.ti_state == "failed"
+@ALL
+@scenario("k10_sigterm_task")
+def test_k10_sigterm_to_running_task_cancels_and_stops_it(outcome):
+    assert_cancelled_once_keeping_checkpoints(outcome)
+    assert outcome.ti_state == "failed"
+    assert outcome.notes["stopped_after"] < 30
 
 
-def test_k12_mark_failed_running_cancels_before_sigkill(env):
-    o = s.k12_mark_failed_running(*env)
-    job = o.jobs[0]
+@ALL
+@scenario("k11_execution_timeout_running")
+def test_k11_execution_timeout_while_running(outcome):
+    assert_cancelled_once_keeping_checkpoints(outcome)
+    assert outcome.ti_state == "failed"
+
+
+@ALL
+@scenario("k12_mark_failed_running")
+def test_k12_mark_failed_running_cancels_before_sigkill(outcome):
+    job = outcome.jobs[0]
     assert job["state"] == "cancelled"
     assert len([r for r in job["cancel_requests"] if r["outcome"] == "accepted"]) == 1
-    assert o.latency < 10  # on_kill ran within the 5 s SIGTERM→SIGKILL window (heartbeat ~4 s)
+    assert outcome.latency < 10  # on_kill ran within the 5 s SIGTERM→SIGKILL window (heartbeat ~4 s)
 
 
-def test_k13_worker_crash_retry_reattaches(env):
-    o = s.k13_worker_crash_reattach(*env)
-    assert o.submits == 1, "the retry submitted a duplicate"
-    assert o.notes["try_number"] == 2 and o.notes["xcom_job"] == o.notes["job"]["job_id"]
-    assert o.notes["job_state"] == "running"
+@ALL
+@scenario("k13_worker_crash_reattach")
+def test_k13_worker_crash_retry_reattaches(outcome):
+    assert outcome.submits == 1, "the retry submitted a duplicate"
+    assert outcome.notes["try_number"] == 2 and outcome.notes["xcom_job"] == outcome.notes["job"]["job_id"]
+    assert outcome.notes["job_state"] == "running"
 
 
-def test_k13b_worker_crash_retry_adopts_finished_job(env):
-    o = s.k13b_worker_crash_adopt(*env)
-    assert o.submits == 1 and o.cancels == []
-    assert o.ti_state == "success" and o.notes["try_number"] == 2
-    assert "already succeeded: adopting it" in o.notes["log"]
+@ALL
+@scenario("k13b_worker_crash_adopt")
+def test_k13b_worker_crash_retry_adopts_finished_job(outcome):
+    assert outcome.submits == 1 and outcome.cancels == []
+    assert outcome.ti_state == "success" and outcome.notes["try_number"] == 2
+    assert "already succeeded: adopting it" in outcome.notes["log"]
 
 
-def test_k14_transient_polling_errors_are_not_job_failures(env):
-    o = s.k14_flaky_polling(*env)
-    assert o.notes["fired"] == [1, 1, 1, 1], "every fault was hit"
-    assert o.submits == 1 and o.cancels == []
-    assert o.ti_state == "success" and o.jobs[0]["state"] == "completed"
+@ALL
+@scenario("k14_flaky_polling")
+def test_k14_transient_polling_errors_are_not_job_failures(outcome):
+    assert outcome.notes["fired"] == [1, 1, 1, 1], "every fault was hit"
+    assert outcome.submits == 1 and outcome.cancels == []
+    assert outcome.ti_state == "success" and outcome.jobs[0]["state"] == "completed"
 
 
-def test_k15_outage_beyond_budget_fails_without_cancel_and_retry_reattaches(env):
-    o = s.k15_outage_beyond_budget(*env)
-    assert (
-        "Lost contact with the platform" in o.notes["log1"]
-        or "lost contact with the platform" in o.notes["log1"]
-    )
-    assert o.notes["state_during"] == "running"
-    assert o.submits == 1 and o.cancels == []
-    assert o.notes["try_number"] == 2 and o.ti_state == "success"
+@ALL
+@scenario("k15_outage_beyond_budget")
+def test_k15_outage_beyond_budget_fails_without_cancel_and_retry_reattaches(outcome):
+    assert "lost contact with the platform" in outcome.notes["log1"].lower()
+    assert outcome.notes["state_during"] == "running"
+    assert outcome.submits == 1 and outcome.cancels == []
+    assert outcome.notes["try_number"] == 2 and outcome.ti_state == "success"
 
 
-def test_k16_job_stopped_outside_airflow_fails_task(env):
-    o = s.k16_cancelled_outside(*env)
-    assert o.ti_state == "failed"
-    assert o.notes["outside_cancels"] == 1  # only the console's own cancel
-    assert "was cancelled outside Airflow" in o.notes["log"]
+@ALL
+@scenario("k16_cancelled_outside")
+def test_k16_job_stopped_outside_airflow_fails_task(outcome):
+    assert outcome.ti_state == "failed"
+    assert outcome.notes["outside_cancels"] == 1  # only the console's own cancel
+    assert "was cancelled outside Airflow" in outcome.notes["log"]
 
 
-def test_k17_already_failed_job_fails_without_deferral(env):
-    o = s.k17_already_failed(*env)
-    log = o.notes["log"]
-    assert o.ti_state == "failed" and o.jobs[0]["state"] == "failed"
+@ALL
+@scenario("k17_already_failed")
+def test_k17_already_failed_job_fails_without_deferral(outcome):
+    log = outcome.notes["log"]
+    assert outcome.ti_state == "failed" and outcome.jobs[0]["state"] == "failed"
     assert "learning_rate" in log and "failed" in log
-    assert "TrainingJobTrigger" not in log and "DEFERRED" not in log.upper().replace("NOT DEFERRED", "")
+    assert "TrainingJobTrigger" not in log and "DEFERRED" not in log.upper()
 
 
-def test_k18_reaper_cancels_orphan_when_triggerer_was_down(env):
-    o = s.k18_reaper_when_triggerer_down(*env)
-    assert o.notes["untouched"] == "running"  # no provider code ran for the mark-failed
-    assert o.notes["reaper_state"] == "success"
-    assert_cancelled_once_with_final_checkpoint(o)
+@ALL
+@scenario("k18_reaper_when_triggerer_down")
+def test_k18_reaper_cancels_orphan_when_triggerer_was_down(outcome):
+    assert outcome.notes["untouched"] == "running"  # no provider code ran for the mark-failed
+    assert outcome.notes["reaper_state"] == "success"
+    assert_cancelled_once_keeping_checkpoints(outcome)
+
+
+@TOGETHER
+@scenario("k19_platform_auto_cancel")
+def test_k19_platform_auto_cancel_fails_task_with_the_event(outcome):
+    assert outcome.ti_state == "failed" and outcome.jobs[0]["state"] == "cancelled"
+    assert outcome.cancels == []  # the platform cancelled it, not Airflow
+    failure = outcome.notes["log"].split("was cancelled outside Airflow", 1)[1][:500]
+    assert "wandb_init" in failure and "W&B" in failure
+
+
+@TOGETHER
+@scenario("k20_events_across_triggerer_restart")
+def test_k20_each_event_once_in_order_across_triggerer_restart(outcome):
+    assert outcome.ti_state == "success"
+    entries = [json.loads(line).get("event", "") for line in outcome.notes["log"].splitlines()]
+    logged = [e for e in entries if e.startswith("Platform event")]
+    platform_events = [(e["type"], e["message"]) for e in outcome.notes["events"]]
+    seen = [next((ev for ev in platform_events if f"[{ev[0]}] {ev[1]}" in line), line) for line in logged]
+    assert seen == platform_events, "events missing, repeated or out of order in the task log"

@@ -8,6 +8,7 @@ from datetime import datetime
 from airflow.sdk import DAG
 
 from airflow_training_provider.operators.training_job import SubmitTrainingJobOperator
+from airflow_training_provider.sensors.training_job import TrainingJobSensor
 
 CONN_ID = os.environ.get("TRAINING_CONN_ID", "tensorone_local")
 
@@ -35,5 +36,14 @@ with DAG(dag_id="e2e_sigterm_running_task", schedule=None, start_date=datetime(2
             "tags": ["e2e:sigterm"],
         },
         deferrable=False,
+        poll_interval=1,
+    )
+
+with DAG(dag_id="e2e_sensor", schedule=None, start_date=datetime(2026, 1, 1), catchup=False):
+    TrainingJobSensor(
+        task_id="wait",
+        conn_id=CONN_ID,
+        job_id="{{ dag_run.conf['job_id'] }}",
+        deferrable=True,
         poll_interval=1,
     )

@@ -1,4 +1,5 @@
-"""DAGs for the kill-path cases (K1–K18 of shared/cases/kill-paths.md), one per shape of task.
+"""DAGs for the kill-path cases (K1–K20 of shared/cases/kill-paths.md), one per shape of task and
+platform: ``kp_<shape>`` on TensorOne, ``kp_<shape>_together`` on Together AI.
 
 Each DAG has one task ``train``. Jobs are paced by ``seconds_per_epoch`` so that they run long
 enough for the action under test. ``PidRecordingSubmit`` pushes the task process's PID to XCom so
@@ -14,9 +15,7 @@ from airflow.sdk import DAG
 
 from airflow_training_provider.operators.reaper import ReapOrphanedTrainingJobsOperator
 from airflow_training_provider.operators.training_job import SubmitTrainingJobOperator
-from airflow_training_provider.sensors.training_job import TrainingJobSensor
 
-CONN_ID = "tensorone_local"
 START = datetime(2026, 1, 1)
 
 
@@ -26,7 +25,7 @@ class PidRecordingSubmit(SubmitTrainingJobOperator):
         return super().execute(context)
 
 
-def spec(epochs: int, seconds_per_epoch: float, **training) -> dict:
+def tensorone_spec(epochs: int, seconds_per_epoch: float, **training) -> dict:
     return {
         "name": "kp-{{ dag.dag_id }}",
         "datasetId": "digits",
@@ -34,124 +33,99 @@ def spec(epochs: int, seconds_per_epoch: float, **training) -> dict:
     }
 
 
+def together_spec(epochs: int, seconds_per_epoch: float, **training) -> dict:
+    extra = {k: v for k, v in training.items() if k != "learning_rate"}
+    return {
+        "model": "local/digits-mlp-4b",
+        "training_file": "file-digits",
+        "n_epochs": epochs,
+        "n_checkpoints": epochs,
+        "learning_rate": training.get("learning_rate", 0.001),
+        "suffix": "kp",
+        "x_local": {"seconds_per_epoch": seconds_per_epoch},
+        **extra,
+    }
+
+
+PLATFORMS = {"": ("tensorone_local", tensorone_spec), "_together": ("together_local", together_spec)}
+
+
 def dag(dag_id: str, **kwargs) -> DAG:
     return DAG(dag_id=dag_id, schedule=None, start_date=START, catchup=False, **kwargs)
 
 
-LONG = spec(epochs=400, seconds_per_epoch=0.5)  # ~200 s: outlives every action in the tests
+for suffix, (CONN_ID, spec) in PLATFORMS.items():
+    LONG = spec(epochs=400, seconds_per_epoch=0.5)  # ~200 s: outlives every action in the tests
+    deferred = {"conn_id": CONN_ID, "deferrable": True, "poll_interval": 2}
+    running = {"conn_id": CONN_ID, "deferrable": False, "poll_interval": 1}
+    retry = {"retries": 1, "retry_delay": timedelta(seconds=1)}
 
-with dag("kp_deferred"):
-    PidRecordingSubmit(task_id="train", conn_id=CONN_ID, spec=LONG, deferrable=True, poll_interval=2)
+    with dag(f"kp_deferred{suffix}"):
+        PidRecordingSubmit(task_id="train", spec=LONG, **deferred)
 
-with dag("kp_deferred_mark_success_cancels"):
+    with dag(f"kp_deferred_mark_success_cancels{suffix}"):
+        PidRecordingSubmit(task_id="train", spec=LONG, cancel_on_mark_success=True, **deferred)
+
+    with dag(f"kp_deferred_reattach_on_clear{suffix}"):
+        PidRecordingSubmit(task_id="train", spec=LONG, reattach_on_clear=True, **deferred)
+
+    with dag(f"kp_dagrun_timeout{suffix}", dagrun_timeout=timedelta(seconds=30)):
+        PidRecordingSubmit(task_id="train", spec=LONG, **deferred)
+
+    with dag(f"kp_exec_timeout_deferred{suffix}"):
+        PidRecordingSubmit(
+            task_id="train", spec=LONG, execution_timeout=timedelta(seconds=25), **deferred,
+            retries=1, retry_delay=timedelta(seconds=2),
+        )  # fmt: skip
+
+    with dag(f"kp_defer_timeout{suffix}"):
+        PidRecordingSubmit(task_id="train", spec=LONG, defer_timeout=15, **deferred)
+
+    with dag(f"kp_running{suffix}"):
+        PidRecordingSubmit(task_id="train", spec=LONG, **running)
+
+    with dag(f"kp_running_exec_timeout{suffix}"):
+        PidRecordingSubmit(task_id="train", spec=LONG, execution_timeout=timedelta(seconds=25), **running)
+
+    with dag(f"kp_worker_crash_reattach{suffix}"):
+        PidRecordingSubmit(task_id="train", spec=LONG, **running, **retry)
+
+    with dag(f"kp_worker_crash_adopt{suffix}"):
+        PidRecordingSubmit(task_id="train", spec=spec(epochs=16, seconds_per_epoch=0.5), **running, **retry)
+
+    with dag(f"kp_short_deferred{suffix}"):
+        PidRecordingSubmit(
+            task_id="train", spec=spec(epochs=24, seconds_per_epoch=0.5), outage_budget=120,
+            conn_id=CONN_ID, deferrable=True, poll_interval=1,
+        )  # fmt: skip
+
+    with dag(f"kp_medium_deferred{suffix}"):
+        PidRecordingSubmit(task_id="train", spec=spec(epochs=120, seconds_per_epoch=0.5), **deferred)
+
+    with dag(f"kp_outage_retry{suffix}"):
+        PidRecordingSubmit(
+            task_id="train", spec=spec(epochs=60, seconds_per_epoch=0.5), outage_budget=8,
+            conn_id=CONN_ID, deferrable=True, poll_interval=1, retries=1, retry_delay=timedelta(seconds=2),
+        )  # fmt: skip
+
+    with dag(f"kp_fails_fast{suffix}"):
+        PidRecordingSubmit(
+            task_id="train", spec=spec(epochs=3, seconds_per_epoch=0.1, learning_rate=-0.5),
+            conn_id=CONN_ID, deferrable=True, poll_interval=1,
+        )  # fmt: skip
+
+    with dag(f"kp_reaper{suffix}"):
+        ReapOrphanedTrainingJobsOperator(task_id="reap", conn_id=CONN_ID, min_age=5)
+
+# Together only: platform-initiated cancels and event streaming (K19, K20).
+with dag("kp_bad_wandb_key_together"):
     PidRecordingSubmit(
-        task_id="train",
-        conn_id=CONN_ID,
-        spec=LONG,
-        deferrable=True,
-        poll_interval=2,
-        cancel_on_mark_success=True,
-    )
+        task_id="train", conn_id="together_local", deferrable=True, poll_interval=1,
+        spec=together_spec(epochs=20, seconds_per_epoch=0.5, wandb_key="not-forty-characters"),
+    )  # fmt: skip
 
-with dag("kp_deferred_reattach_on_clear"):
+with dag("kp_events_together"):
     PidRecordingSubmit(
-        task_id="train", conn_id=CONN_ID, spec=LONG, deferrable=True, poll_interval=2, reattach_on_clear=True
-    )
-
-with dag("kp_dagrun_timeout", dagrun_timeout=timedelta(seconds=30)):
-    PidRecordingSubmit(task_id="train", conn_id=CONN_ID, spec=LONG, deferrable=True, poll_interval=2)
-
-with dag("kp_exec_timeout_deferred"):
-    PidRecordingSubmit(
-        task_id="train",
-        conn_id=CONN_ID,
-        spec=LONG,
-        deferrable=True,
-        poll_interval=2,
-        execution_timeout=timedelta(seconds=25),
-        retries=1,
-        retry_delay=timedelta(seconds=2),
-    )
-
-with dag("kp_defer_timeout"):
-    PidRecordingSubmit(
-        task_id="train", conn_id=CONN_ID, spec=LONG, deferrable=True, poll_interval=2, defer_timeout=15
-    )
-
-with dag("kp_running"):
-    PidRecordingSubmit(task_id="train", conn_id=CONN_ID, spec=LONG, deferrable=False, poll_interval=1)
-
-with dag("kp_running_exec_timeout"):
-    PidRecordingSubmit(
-        task_id="train",
-        conn_id=CONN_ID,
-        spec=LONG,
-        deferrable=False,
-        poll_interval=1,
-        execution_timeout=timedelta(seconds=25),
-    )
-
-with dag("kp_worker_crash_reattach"):
-    PidRecordingSubmit(
-        task_id="train",
-        conn_id=CONN_ID,
-        spec=LONG,
-        deferrable=False,
-        poll_interval=1,
-        retries=1,
-        retry_delay=timedelta(seconds=1),
-    )
-
-with dag("kp_worker_crash_adopt"):
-    PidRecordingSubmit(
-        task_id="train",
-        conn_id=CONN_ID,
-        spec=spec(epochs=16, seconds_per_epoch=0.5),
-        deferrable=False,
-        poll_interval=1,
-        retries=1,
-        retry_delay=timedelta(seconds=1),
-    )
-
-with dag("kp_short_deferred"):
-    PidRecordingSubmit(
-        task_id="train",
-        conn_id=CONN_ID,
-        spec=spec(epochs=24, seconds_per_epoch=0.5),
-        deferrable=True,
-        poll_interval=1,
-        outage_budget=120,
-    )
-
-with dag("kp_outage_retry"):
-    PidRecordingSubmit(
-        task_id="train",
-        conn_id=CONN_ID,
-        spec=spec(epochs=60, seconds_per_epoch=0.5),
-        deferrable=True,
-        poll_interval=1,
-        outage_budget=8,
-        retries=1,
-        retry_delay=timedelta(seconds=2),
-    )
-
-with dag("kp_fails_fast"):
-    PidRecordingSubmit(
-        task_id="train",
-        conn_id=CONN_ID,
-        spec=spec(epochs=3, seconds_per_epoch=0.1, learning_rate=-0.5),
-        deferrable=True,
-        poll_interval=1,
-    )
-
-with dag("kp_sensor"):
-    TrainingJobSensor(
-        task_id="train",
-        conn_id=CONN_ID,
-        job_id="{{ dag_run.conf['job_id'] }}",
-        deferrable=True,
-        poll_interval=1,
-    )
-
-with dag("kp_reaper"):
-    ReapOrphanedTrainingJobsOperator(task_id="reap", conn_id=CONN_ID, min_age=5)
+        task_id="train", conn_id="together_local", deferrable=True, poll_interval=1,
+        spec=together_spec(epochs=30, seconds_per_epoch=0.5),
+    )  # fmt: skip

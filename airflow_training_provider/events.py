@@ -1,0 +1,52 @@
+"""Platform events in the task log, and failure reasons taken from them.
+
+Platforms such as Together report *why* a job stopped only in its event list (an invalid W&B key,
+an exhausted balance). While a task waits, each new event is written to the task log once, in
+order; a cursor (the number of events already written) travels with the waiter — in trigger kwargs
+and in the ``event_cursor`` XCom, so a restarted triggerer resumes after the last written event.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from airflow_training_provider.models import JobEvent, JobState, TrainingJob
+from airflow_training_provider.platforms.base import Dialect
+
+
+class EventLog:
+    """Writes events past ``cursor`` to ``log``; ``cursor`` counts the events already written."""
+
+    def __init__(self, log: logging.Logger | logging.LoggerAdapter, cursor: int = 0) -> None:
+        self._log = log
+        self.cursor = cursor
+
+    def new_events(self, events: list[JobEvent]) -> list[JobEvent]:
+        """The events not written yet (the list is the platform's full, append-only event list)."""
+        return events[self.cursor :]
+
+    def write(self, events: list[JobEvent], upto: int) -> None:
+        """Write ``events`` (as returned by :meth:`new_events`) and move the cursor to ``upto``."""
+        for event in events:
+            level = (
+                logging.WARNING
+                if event.level.lower() in {"error", "warning", "legacy_ierror"}
+                else logging.INFO
+            )
+            when = event.created_at.isoformat() if event.created_at else "-"
+            self._log.log(level, "Platform event %s [%s] %s", when, event.type, event.message)
+        self.cursor = max(self.cursor, upto)
+
+
+def explain_failure(job: TrainingJob, events: list[JobEvent], dialect: Dialect) -> TrainingJob:
+    """For a failed or cancelled job, put the decisive event (the platform's reason) in ``message``."""
+    if job.state not in (JobState.FAILED, JobState.CANCELLED):
+        return job
+    event = dialect.decisive_event(events)
+    if event is None:
+        return job
+    reason = f"{event.type}: {event.message}".strip()
+    if job.message and event.message and event.message in job.message:
+        return job
+    message = f"{job.message} ({reason})" if job.message else reason
+    return job.model_copy(update={"message": message})

@@ -1,0 +1,472 @@
+"""Together AI fine-tuning REST API dialect (``shared/reference/platforms.md`` §3).
+
+Endpoints (all under the base URL, default ``https://api.together.ai``; Bearer auth):
+create ``POST /v1/fine-tunes`` (not idempotent: every POST is a new job), get ``GET /v1/fine-tunes/{id}``,
+cancel ``POST /v1/fine-tunes/{id}/cancel`` (no body: Together has no reason, checkpoint or force
+options), events ``GET /v1/fine-tunes/{id}/events``, checkpoints ``GET /v1/fine-tunes/{id}/checkpoints``,
+list ``GET /v1/fine-tunes``. Wire models accept unknown fields so a vendor adding fields never
+breaks a poll.
+
+Identity tags. Together jobs have no tags or labels. :meth:`TogetherDialect.with_tags` therefore puts
+them in the create body under the extension key ``x_airflow_tags`` (:data:`TAGS_KEY`). That key is
+*not* part of Together's API: the real service is expected to ignore it and will not echo it, so on
+the real platform the jobs come back untagged (re-attach by tags finds nothing and submits anew; the
+orphan reaper leaves them alone). The local training platform records the key and echoes it on the
+job object, and :meth:`TogetherDialect.parse_job` reads it back from there. ``list_request`` sends
+the tags as repeated ``x_airflow_tag`` query parameters (the local platform filters on them; the real
+API ignores them), and :meth:`TogetherDialect.parse_list` only returns jobs that carry tags.
+
+Failure reasons. The job object has no error field (§3.8): the reason is an event.
+:meth:`TogetherDialect.decisive_event` picks it, and :meth:`TogetherDialect.parse_job` uses it as the
+job's ``message`` when the job object embeds its events.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator, model_validator
+
+from airflow_training_provider.errors import JobStateConflictError, TrainingPlatformError
+from airflow_training_provider.models import (
+    CancelRequest,
+    CancelResult,
+    Checkpoint,
+    Cost,
+    JobEvent,
+    JobState,
+    Progress,
+    TrainingJob,
+)
+from airflow_training_provider.platforms.base import ApiRequest, Capabilities, Credentials, Dialect
+
+TAGS_KEY = "x_airflow_tags"
+"""Create-body / job-object extension key carrying the identity tags (not a Together field)."""
+
+TAG_QUERY_PARAM = "x_airflow_tag"
+"""List query parameter filtering by tag (local platform only; Together ignores it)."""
+
+PATH = "/v1/fine-tunes"
+
+# -- wire models: responses (§3.4, §3.6, §3.7, §3.8) ----------------------------------------------
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+class WireProgress(_Wire):
+    estimate_available: bool | None = None
+    seconds_remaining: float | None = None
+
+
+class WireEvent(_Wire):
+    """One fine-tune event (§3.6). ``type`` and ``level`` come in lower or upper case."""
+
+    object: str | None = None
+    created_at: datetime | None = None
+    message: str | None = ""
+    type: str | None = ""
+    level: str | None = ""
+    step: int | None = None
+    total_steps: int | None = None
+    checkpoint_path: str | None = None
+    model_path: str | None = None
+    wandb_url: str | None = None
+
+
+class WireJobTruncated(_Wire):
+    """``FinetuneResponseTruncated``: the create, cancel and list answers (a subset of the job)."""
+
+    id: str
+    status: str
+    user_id: str | None = None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    started_at: datetime | None = None  # "start of the current stage" (§3.4)
+    model: str | None = None
+    model_output_name: str | None = None
+    model_output_path: str | None = None
+    training_file: str | None = None
+    suffix: str | None = None
+    n_epochs: int | None = None
+    n_checkpoints: int | None = None
+    epochs_completed: int | None = None
+    total_price: float | None = None
+    from_checkpoint: str | None = None
+    x_airflow_tags: list[str] = Field(default_factory=list)
+
+
+class WireJob(WireJobTruncated):
+    """``GET /v1/fine-tunes/{id}`` (§3.4)."""
+
+    progress: WireProgress | None = None
+    queue_depth: int | None = None
+    token_count: int | None = None
+    param_count: int | None = None
+    events: list[WireEvent] | None = None
+    wandb_url: str | None = None
+    # Not documented; surfaced when present.
+    error: str | dict[str, Any] | None = None
+    message: str | None = None
+
+
+class WireCheckpoint(_Wire):
+    step: int | None = None
+    created_at: datetime | None = None
+    path: str | None = None
+    checkpoint_type: str | None = None
+    checkpoint: str | None = None
+
+
+class WireDataList(_Wire):
+    """``{"data": [...]}``: events, checkpoints and list answers."""
+
+    data: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class WireErrorDetail(_Wire):
+    message: str | None = None
+    type: str | None = None
+    code: str | int | None = None
+    param: str | None = None
+
+
+class WireError(_Wire):
+    """Error body, tolerant: ``{"error": {"message", "type", "code"}}`` (OpenAI style), a plain
+    ``{"message": ...}``, ``{"error": "text"}`` or FastAPI's ``{"detail": ...}`` (§3.8: unconfirmed)."""
+
+    error: WireErrorDetail | str | None = None
+    message: str | None = None
+    detail: Any = None
+    request_id: str | None = None
+
+
+# -- spec validation: the create body (§3.3) ---------------------------------------------------------
+
+
+class TogetherJobSpec(_Wire):
+    """A ``POST /v1/fine-tunes`` body. Unknown fields are allowed (the API grows).
+
+    ``model`` is required unless ``from_checkpoint`` names the checkpoint to continue from (the SDK
+    accepts either one).
+    """
+
+    training_file: str = Field(min_length=1)
+    model: str | None = Field(default=None, min_length=1)
+    validation_file: str | None = None
+    n_epochs: PositiveInt | None = None
+    n_checkpoints: PositiveInt | None = None
+    n_evals: int | None = Field(default=None, ge=0)
+    learning_rate: float | None = Field(default=None, gt=0)
+    batch_size: int | str | None = None  # a positive integer or "max" (checked below)
+    max_seq_length: PositiveInt | None = None
+    gradient_accumulation_steps: PositiveInt | None = None
+    warmup_ratio: float | None = Field(default=None, ge=0, le=1)
+    max_grad_norm: float | None = Field(default=None, ge=0)
+    weight_decay: float | None = Field(default=None, ge=0)
+    lr_scheduler: dict[str, Any] | None = None
+    packing: bool | None = None
+    suffix: str | None = Field(default=None, max_length=64)
+    wandb_key: str | None = None
+    wandb_base_url: str | None = None
+    wandb_project_name: str | None = None
+    wandb_name: str | None = None
+    wandb_entity: str | None = None
+    random_seed: int | None = None
+    early_stopping_enabled: bool | None = None
+    training_type: dict[str, Any] | None = None
+    training_method: dict[str, Any] | None = None
+    from_checkpoint: str | None = Field(default=None, min_length=1)
+    x_airflow_tags: list[str] | None = None
+
+    @field_validator("batch_size", mode="before")
+    @classmethod
+    def _batch_size(cls, value: Any) -> Any:
+        ok_int = isinstance(value, int) and not isinstance(value, bool) and value >= 1
+        if value is None or value == "max" or ok_int:
+            return value
+        raise ValueError('must be a positive integer or "max"')
+
+    @model_validator(mode="after")
+    def _model_or_checkpoint(self) -> TogetherJobSpec:
+        if self.model is None and self.from_checkpoint is None:
+            raise ValueError("model is required (or from_checkpoint naming a checkpoint to continue from)")
+        return self
+
+
+# -- helpers --------------------------------------------------------------------------------------
+
+_LEVELS = {
+    "": "info",
+    "info": "info",
+    "warning": "warning",
+    "error": "error",
+    "legacy_info": "info",
+    "legacy_iinfo": "info",
+    "legacy_iwarning": "warning",
+    "legacy_ierror": "error",
+}
+
+FAILURE_EVENT_TYPES = frozenset({"job_error", "job_user_error", "billing_limit"})
+"""Event types that explain a failure or a platform-initiated cancel by themselves."""
+
+_PLATFORM_CANCEL = re.compile(
+    r"w\s*&\s*b|wandb|weights\s*&\s*biases|error|fail|balance|billing|credit|payment|insufficient|limit|quota",
+    re.IGNORECASE,
+)
+_CANCEL_CONFLICT = re.compile(
+    r"already\s+(?:been\s+)?(?:completed|cancel+ed|finished|failed|stopped|terminated|in\s+a\s+terminal)"
+    r"|cannot\s+be\s+cancel+ed|can\s*not\s+cancel|not\s+cancel+able|is\s+not\s+running",
+    re.IGNORECASE,
+)
+_CONFLICT_CODES = frozenset({"job_not_cancellable", "state_conflict", "conflict"})
+
+
+def normalize_level(level: str | None) -> str:
+    """``info``/``warning``/``error`` from any documented level spelling (``Error``, ``legacy_ierror``, ``""``)."""
+    value = (level or "").strip().lower()
+    if value in _LEVELS:
+        return _LEVELS[value]
+    if "err" in value:
+        return "error"
+    if "warn" in value:
+        return "warning"
+    return "info"
+
+
+def decisive_event(events: list[JobEvent]) -> JobEvent | None:
+    """The event that explains a failure or a platform-initiated cancel, or ``None``.
+
+    Rule (events in platform order, types already lower-cased):
+
+    1. the **last** event whose level is ``error`` (any spelling) or whose type is ``job_error``,
+       ``job_user_error`` or ``billing_limit`` — the cause itself (a W&B login error on
+       ``wandb_init``, the billing limit...);
+    2. otherwise the last ``cancel_requested`` whose message does not look user-initiated, i.e.
+       mentions W&B/WandB, an error or failure, balance/billing/credit/payment, a limit or quota
+       (Together's auto-cancel says e.g. "Job cancelled due to error in WandB login/init");
+    3. otherwise ``None`` (success, or a cancel somebody asked for).
+
+    Warnings (``warning`` type or level) never decide: they do not end a job.
+    """
+    for event in reversed(events):
+        if normalize_level(event.level) == "error" or event.type.lower() in FAILURE_EVENT_TYPES:
+            return event
+    for event in reversed(events):
+        if event.type.lower() == "cancel_requested" and _PLATFORM_CANCEL.search(event.message or ""):
+            return event
+    return None
+
+
+def _event(wire: WireEvent) -> JobEvent:
+    raw_type = (wire.type or "").strip()
+    return JobEvent(
+        type=raw_type.lower() or "unknown",
+        message=wire.message or raw_type,
+        level=normalize_level(wire.level),
+        created_at=wire.created_at,
+    )
+
+
+def _data(body: Any) -> list[dict[str, Any]]:
+    """Rows of a ``{"data": [...]}`` answer (a bare list is accepted too)."""
+    if isinstance(body, list):
+        return [row for row in body if isinstance(row, dict)]
+    return WireDataList.model_validate(body or {}).data
+
+
+class TogetherDialect(Dialect):
+    """Together AI fine-tuning jobs. Statuses per §3.5 / §0.1; ``user_error`` is the legacy SDK's."""
+
+    name = "together"
+    conn_type = "together"
+    default_base_url = "https://api.together.ai"
+    spec_model = TogetherJobSpec
+    capabilities = Capabilities(
+        final_checkpoint_on_cancel=False,
+        preserve_checkpoints_flag=False,
+        events=True,
+        list_jobs=True,
+        checkpoints_in_job=False,  # the job object has no checkpoint list: ask /checkpoints
+    )
+    status_map = {
+        "pending": JobState.PENDING,
+        "queued": JobState.QUEUED,
+        "running": JobState.RUNNING,
+        "compressing": JobState.RUNNING,
+        "uploading": JobState.RUNNING,
+        "cancel_requested": JobState.STOPPING,
+        "cancelled": JobState.CANCELLED,
+        "error": JobState.FAILED,
+        "user_error": JobState.FAILED,
+        "completed": JobState.SUCCEEDED,
+    }
+
+    # -- spec ---------------------------------------------------------------------------------
+    def with_tags(self, spec: dict[str, Any], tags: list[str]) -> dict[str, Any]:
+        """Copy of ``spec`` with ``tags`` under :data:`TAGS_KEY` (an extension key, see the module doc)."""
+        own = [t for t in spec.get(TAGS_KEY) or [] if t not in tags]
+        return {**spec, TAGS_KEY: own + list(tags)}
+
+    @staticmethod
+    def checkpoint_ref(job_id: str, checkpoint: Checkpoint | int | None) -> str:
+        """The ``from_checkpoint`` value continuing from ``checkpoint`` of ``job_id``: ``"{job_id}:{step}"``,
+        or ``job_id`` alone (the job's latest checkpoint) when the step is unknown."""
+        step = checkpoint.step if isinstance(checkpoint, Checkpoint) else checkpoint
+        return job_id if step is None else f"{job_id}:{step}"
+
+    def resume_spec(self, spec: dict[str, Any], job_id: str, checkpoint: Checkpoint) -> dict[str, Any]:
+        """``spec`` with ``from_checkpoint`` = ``"{job_id}:{step}"``. Together starts a *new* fine-tune
+        from the checkpoint's weights and trains ``n_epochs`` on top of it (its checkpoints carry a
+        step, not an epoch, so the remaining epochs cannot be worked out here)."""
+        return {**spec, "from_checkpoint": self.checkpoint_ref(job_id, checkpoint)}
+
+    # -- requests -----------------------------------------------------------------------------
+    def create_request(self, spec: dict[str, Any]) -> ApiRequest:
+        return ApiRequest("POST", PATH, json=spec, idempotent=False)
+
+    def get_request(self, job_id: str) -> ApiRequest:
+        return ApiRequest("GET", f"{PATH}/{job_id}")
+
+    def cancel_request(self, job_id: str, cancel: CancelRequest) -> ApiRequest:
+        """No body: Together's cancel takes no reason, checkpoint or force options."""
+        return ApiRequest("POST", f"{PATH}/{job_id}/cancel")
+
+    def checkpoints_request(self, job_id: str) -> ApiRequest:
+        return ApiRequest("GET", f"{PATH}/{job_id}/checkpoints")
+
+    def events_request(self, job_id: str) -> ApiRequest:
+        return ApiRequest("GET", f"{PATH}/{job_id}/events")
+
+    def list_request(self, tags: list[str]) -> ApiRequest:
+        return ApiRequest("GET", PATH, params=[(TAG_QUERY_PARAM, t) for t in tags] or None)
+
+    def auth_headers(self, request: ApiRequest, credentials: Credentials) -> dict[str, str]:
+        return {"Authorization": f"Bearer {credentials.password or ''}"}
+
+    def console_url(self, base_url: str, job_id: str) -> str:
+        return f"{base_url.rstrip('/')}{PATH}/{job_id}"
+
+    # -- responses ----------------------------------------------------------------------------
+    def parse_created(self, body: Any) -> TrainingJob:
+        return self.parse_job(body)
+
+    def parse_job(self, body: Any) -> TrainingJob:
+        wire = WireJob.model_validate(body)
+        state = self.map_status(wire.status)
+        events = [_event(e) for e in wire.events or []]
+        progress = wire.progress or WireProgress()
+        percent = None
+        if state is JobState.SUCCEEDED:
+            percent = 100.0
+        elif wire.n_epochs and wire.epochs_completed is not None:
+            percent = round(100.0 * min(wire.epochs_completed, wire.n_epochs) / wire.n_epochs, 1)
+        return TrainingJob(
+            id=wire.id,
+            platform=self.name,
+            state=state,
+            raw_status=wire.status,
+            name=wire.model_output_name or wire.suffix,
+            message=self._message(wire, state, events),
+            progress=Progress(
+                epoch=wire.epochs_completed,
+                total_epochs=wire.n_epochs,
+                percent=percent,
+                eta_seconds=progress.seconds_remaining if progress.estimate_available else None,
+            ),
+            cost=Cost(total_usd=wire.total_price),
+            tags=wire.x_airflow_tags,
+            created_at=wire.created_at,
+            started_at=wire.started_at,
+            updated_at=wire.updated_at,
+        )
+
+    @staticmethod
+    def _message(wire: WireJob, state: JobState, events: list[JobEvent]) -> str | None:
+        if isinstance(wire.error, dict) and wire.error.get("message"):
+            return str(wire.error["message"])
+        if isinstance(wire.error, str) and wire.error:
+            return wire.error
+        if wire.message:
+            return wire.message
+        if state not in (JobState.FAILED, JobState.CANCELLED, JobState.STOPPING):
+            return None
+        decisive = decisive_event(events)
+        if decisive is not None:
+            return decisive.message
+        cancels = [e for e in events if e.type == "cancel_requested"]
+        return cancels[-1].message if cancels else None
+
+    def parse_cancel(self, job_id: str, body: Any) -> CancelResult:
+        """The truncated job the cancel returns. ``completed``/``error``/``user_error`` there means the
+        job had already ended (a cancel cannot produce them)."""
+        wire = WireJobTruncated.model_validate(body)
+        return CancelResult(
+            job_id=wire.id,
+            state=self.map_status(wire.status),
+            already_terminal=wire.status in ("completed", "error", "user_error"),
+            cost=Cost(total_usd=wire.total_price),
+        )
+
+    def parse_events(self, body: Any) -> list[JobEvent]:
+        """Events in the order the platform gave them; ``type`` lower-cased, ``level`` normalized."""
+        return [_event(WireEvent.model_validate(row)) for row in _data(body)]
+
+    def decisive_event(self, events: list[JobEvent]) -> JobEvent | None:
+        """See :func:`decisive_event`."""
+        return decisive_event(events)
+
+    def parse_checkpoints(self, body: Any) -> list[Checkpoint]:
+        """Checkpoints oldest (lowest step) first. ``id`` is the step (what ``from_checkpoint`` names);
+        ``kind`` is ``final`` for a ``Final...`` checkpoint type, else ``intermediate``."""
+        out = []
+        for row in _data(body):
+            c = WireCheckpoint.model_validate(row)
+            kind = (c.checkpoint_type or "").strip().lower()
+            out.append(
+                Checkpoint(
+                    id=str(c.step) if c.step is not None else (c.path or c.checkpoint_type or "unknown"),
+                    step=c.step,
+                    kind="final" if kind.startswith("final") else ("intermediate" if kind else None),
+                    path=c.path,
+                    created_at=c.created_at,
+                )
+            )
+        return sorted(out, key=lambda c: (c.step is None, c.step or 0))
+
+    def parse_list(self, body: Any) -> list[TrainingJob]:
+        """Tagged jobs only, oldest first. Together lists every job of the account and cannot filter by
+        tag; a job without identity tags was not submitted by this provider (see the module doc)."""
+        jobs = [self.parse_job(row) for row in _data(body)]
+        jobs = [j for j in jobs if j.tags]
+        if all(j.created_at is not None for j in jobs):
+            jobs.sort(key=lambda j: j.created_at)
+        return jobs
+
+    def error_fields(self, body: Any) -> tuple[str | None, str | None, str | None]:
+        if not isinstance(body, dict):
+            return None, None, None
+        wire = WireError.model_validate(body)
+        code = message = None
+        if isinstance(wire.error, WireErrorDetail):
+            code = wire.error.code if wire.error.code is not None else wire.error.type
+            message = wire.error.message
+        elif isinstance(wire.error, str):
+            code = wire.error
+        message = message or wire.message
+        if message is None and isinstance(wire.detail, str):
+            message = wire.detail
+        return (str(code) if code is not None else None), message, wire.request_id
+
+    def parse_error(self, status: int, body: Any, text: str = "") -> TrainingPlatformError:
+        """As the base class; additionally a 400/422 saying the job cannot be cancelled (already ended)
+        is a :class:`JobStateConflictError`, so callers resolve it the way they resolve a 409."""
+        err = super().parse_error(status, body, text)
+        if status in (400, 422) and (
+            (err.code or "").lower() in _CONFLICT_CODES or _CANCEL_CONFLICT.search(err.message or "")
+        ):
+            return JobStateConflictError(err.message, status=status, code=err.code, request_id=err.request_id)
+        return err
