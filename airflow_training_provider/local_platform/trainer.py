@@ -74,8 +74,10 @@ DEFAULTS: dict[str, Any] = {
     "checkpoint_seconds": 0.0,
     "checkpoint_epochs": None,
     "resume_from": None,
+    "fail_with": None,
 }
-"""Default value of every config key."""
+"""Default value of every config key. ``fail_with`` (fault injection for tests): fail right after
+loading the data, with this message — a job that fails without bad hyperparameters."""
 
 _stop: dict[str, Any] = {"requested": False, "final_checkpoint": False, "signal": None, "training": False}
 
@@ -168,6 +170,8 @@ def train(job_dir: str, config: dict[str, Any]) -> int:
     report_interval = float(cfg["report_interval_seconds"])
 
     X, y = load_dataset(cfg["dataset"])
+    if cfg["fail_with"]:
+        raise RuntimeError(str(cfg["fail_with"]))
     X_tr, X_val, y_tr, y_val = train_test_split(
         X, y, test_size=float(cfg["validation_fraction"]), random_state=seed, stratify=y
     )

@@ -71,7 +71,8 @@ class TrainingJobTrigger(BaseTrigger):
     * ``"terminal"`` with ``job`` (a :class:`~airflow_training_provider.models.TrainingJob` as JSON,
       its ``message`` quoting the decisive platform event when it failed or was cancelled) and
       ``event_cursor``;
-    * ``"timeout"`` with ``job_id`` and ``message``;
+    * ``"timeout"`` with ``job_id`` and ``message`` — the deadline passed; the trigger has already
+      asked the platform to cancel the job (the resumed task confirms it);
     * ``"lost_contact"`` with ``job_id`` and ``message``;
     * ``"error"`` with ``job_id`` and ``message`` (the platform refused the poll, e.g. 404).
     """
@@ -127,6 +128,9 @@ class TrainingJobTrigger(BaseTrigger):
             seen: list[JobEvent] = []
             while True:
                 if self.deadline is not None and time.time() >= self.deadline:
+                    # Cancel here, at the deadline, rather than when a worker resumes the task
+                    # (seconds to minutes later on a busy cluster); the worker confirms it.
+                    await self._cancel_at_deadline(client)
                     yield self._event(
                         "timeout", message="execution_timeout reached while waiting for the job"
                     )
@@ -153,6 +157,23 @@ class TrainingJobTrigger(BaseTrigger):
                     yield self._event("terminal", job=job.model_dump(mode="json"), event_cursor=events.cursor)
                     return
                 await asyncio.sleep(self._next_sleep())
+
+    async def _cancel_at_deadline(self, client) -> None:
+        if not self.cancel["cancel_on_kill"]:
+            return
+        request = CancelRequest(
+            reason="Airflow execution_timeout reached",
+            preserve_checkpoints=self.cancel["preserve_checkpoints"],
+            create_final_checkpoint=self.cancel["create_final_checkpoint"],
+        )
+        try:
+            result = await client.cancel_job(self.job_id, request)
+        except TrainingPlatformError as exc:  # the resumed task retries the cancel
+            self.log.error("execution_timeout: cancelling job %s failed (%s)", self.job_id, exc)
+            return
+        self.log.warning(
+            "execution_timeout reached: cancel of job %s requested (%s)", self.job_id, result.state.value
+        )
 
     async def _write_events(self, log: EventLog, events: list[JobEvent]) -> None:
         """Save the cursor, then write the new events — the write happens even if a triggerer

@@ -67,7 +67,9 @@ def start_kill_path_stack(root: Path, dsn: str, triggerers: int) -> tuple[LocalP
     for src in DAGS.glob("*.py"):
         shutil.copy(src, dags / src.name)
     conns = {
-        f"AIRFLOW_CONN_{name.upper()}_LOCAL": json.dumps({"conn_type": name, "host": server.url, "password": API_KEY})
+        f"AIRFLOW_CONN_{name.upper()}_LOCAL": json.dumps(
+            {"conn_type": name, "host": server.url, "password": API_KEY}
+        )
         for name in FLAVORS
     }
     stack = AirflowStack(home=root / "airflow", dags_folder=dags, extra_env=conns, sql_alchemy_conn=dsn)

@@ -41,7 +41,9 @@ class PostgresServer:
     def start(self) -> PostgresServer:
         if self.as_postgres:
             shutil.chown(self.root, "postgres")
-        self._run(str(self.bindir / "initdb"), "-D", str(self.data), "-A", "trust", "-U", "airflow", "-E", "UTF8")
+        self._run(
+            str(self.bindir / "initdb"), "-D", str(self.data), "-A", "trust", "-U", "airflow", "-E", "UTF8"
+        )
         self._run(
             str(self.bindir / "pg_ctl"),
             "-D", str(self.data),
@@ -49,7 +51,9 @@ class PostgresServer:
             "-l", str(self.root / "server.log"),
             "-w", "start",
         )  # fmt: skip
-        self._run(str(self.bindir / "createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "airflow", "airflow")
+        self._run(
+            str(self.bindir / "createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "airflow", "airflow"
+        )
         return self
 
     def stop(self) -> None:

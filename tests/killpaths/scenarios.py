@@ -59,8 +59,14 @@ class Outcome:
 
     @property
     def cancels(self) -> list[dict]:
-        """Accepted cancel requests on the run's jobs, oldest first."""
-        reqs = [r for j in self.jobs for r in j["cancel_requests"] if r.get("outcome") == "accepted"]
+        """Accepted cancel requests sent to the run's jobs through the API, oldest first (not the
+        platform's own cancels, e.g. Together's W&B auto-cancel)."""
+        reqs = [
+            r
+            for j in self.jobs
+            for r in j["cancel_requests"]
+            if r.get("outcome") == "accepted" and r.get("initiator", "user") != "platform"
+        ]
         return sorted(reqs, key=lambda r: r["received_at"])
 
     @property
@@ -127,7 +133,9 @@ class Platform:
     def together_events(self, job_id: str) -> list[dict]:
         """A Together job's events as its API serves them."""
         response = requests.get(
-            f"{self.url}{TOGETHER.job_path(job_id)}/events", headers={"Authorization": f"Bearer {API_KEY}"}, timeout=10
+            f"{self.url}{TOGETHER.job_path(job_id)}/events",
+            headers={"Authorization": f"Bearer {API_KEY}"},
+            timeout=10,
         )
         return response.json()["data"]
 
@@ -145,8 +153,15 @@ class Platform:
         requests.delete(f"{self.url}/_local/faults", params={"path_prefix": path_prefix}, timeout=10)
 
 
-def _xcom(stack: AirflowStack, dag_id: str, run_id: str, key: str) -> Any:
-    return stack.call("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/train/xcomEntries/{key}")["value"]
+def _xcom(stack: AirflowStack, dag_id: str, run_id: str, key: str, timeout: float = 30) -> Any:
+    """An XCom of the current try, waiting for it to be pushed (a new try clears them first)."""
+    path = f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/train/xcomEntries/{key}"
+    deadline = time.monotonic() + timeout
+    while True:
+        response = requests.get(f"{stack.api}{path}", timeout=30)
+        if response.status_code == 200 or time.monotonic() > deadline:
+            return stack.call("GET", path)["value"]
+        time.sleep(0.5)
 
 
 def _start_deferred(stack: AirflowStack, platform: Platform, dag_id: str) -> tuple[str, dict]:
@@ -164,7 +179,11 @@ def _start_running(stack: AirflowStack, platform: Platform, dag_id: str) -> tupl
 
 
 def _latency(job: dict, since: float) -> float | None:
-    accepted = [r for r in job["cancel_requests"] if r.get("outcome") == "accepted"]
+    accepted = [
+        r
+        for r in job["cancel_requests"]
+        if r.get("outcome") == "accepted" and r.get("initiator") != "platform"
+    ]
     return accepted[0]["received_at"] - since if accepted else None
 
 
@@ -193,8 +212,13 @@ def _iso(value: str) -> float:
 # -- K1–K4: user actions on a deferred task --------------------------------------------------------
 def k1_mark_failed(stack, platform, flavor: Flavor) -> Outcome:
     dag = flavor.dag("kp_deferred")
-    return _user_action_cancels(stack, platform, "K1 mark failed (deferred)", dag,
-                                lambda run: stack.set_ti_state(dag, run, "train", "failed"))
+    return _user_action_cancels(
+        stack,
+        platform,
+        "K1 mark failed (deferred)",
+        dag,
+        lambda run: stack.set_ti_state(dag, run, "train", "failed"),
+    )
 
 
 def k2_clear(stack, platform, flavor: Flavor) -> Outcome:
@@ -205,8 +229,19 @@ def k2_clear(stack, platform, flavor: Flavor) -> Outcome:
     new = platform.wait_running(dag, run_id, count=2)
     old = platform.job(old["job_id"])
     stack.wait_ti(dag, run_id, "train", {"deferred"})
-    outcome = _finish(stack, platform, "K2 clear (deferred)", dag, run_id, expect_cancel=True, since=t0,
-                      expected_submits=2, old=old, new=new, xcom_job=_xcom(stack, dag, run_id, "job_id"))
+    outcome = _finish(
+        stack,
+        platform,
+        "K2 clear (deferred)",
+        dag,
+        run_id,
+        expect_cancel=True,
+        since=t0,
+        expected_submits=2,
+        old=old,
+        new=new,
+        xcom_job=_xcom(stack, dag, run_id, "job_id"),
+    )
     stack.set_ti_state(dag, run_id, "train", "failed")  # clean up the new try's job
     platform.wait_job(new["job_id"], {"cancelled"}, timeout=60)
     return outcome
@@ -218,8 +253,17 @@ def k2b_clear_reattach(stack, platform, flavor: Flavor) -> Outcome:
     stack.clear_ti(dag, run_id, "train")
     ti = _wait_try(stack, dag, run_id, 2, {"deferred"}, timeout=60)  # the new try defers on the same job
     time.sleep(3)
-    outcome = _finish(stack, platform, "K2b clear, reattach_on_clear", dag, run_id, expect_cancel=False,
-                      try_number=ti["try_number"], xcom_job=_xcom(stack, dag, run_id, "job_id"), job=job)
+    outcome = _finish(
+        stack,
+        platform,
+        "K2b clear, reattach_on_clear",
+        dag,
+        run_id,
+        expect_cancel=False,
+        try_number=ti["try_number"],
+        xcom_job=_xcom(stack, dag, run_id, "job_id"),
+        job=job,
+    )
     stack.set_ti_state(dag, run_id, "train", "failed")
     platform.wait_job(job["job_id"], {"cancelled"}, timeout=60)
     return outcome
@@ -230,22 +274,39 @@ def k3_mark_success(stack, platform, flavor: Flavor) -> Outcome:
     run_id, job = _start_deferred(stack, platform, dag)
     stack.set_ti_state(dag, run_id, "train", "success")
     time.sleep(10)  # on_kill fires ~1.5 s after the PATCH; give a wrong cancel time to show up
-    outcome = _finish(stack, platform, "K3 mark success (deferred)", dag, run_id, expect_cancel=False,
-                      job_state=platform.job(job["job_id"])["state"])
+    outcome = _finish(
+        stack,
+        platform,
+        "K3 mark success (deferred)",
+        dag,
+        run_id,
+        expect_cancel=False,
+        job_state=platform.job(job["job_id"])["state"],
+    )
     platform.cancel(job["job_id"])  # clean up
     return outcome
 
 
 def k3b_mark_success_option(stack, platform, flavor: Flavor) -> Outcome:
     dag = flavor.dag("kp_deferred_mark_success_cancels")
-    return _user_action_cancels(stack, platform, "K3b mark success, cancel_on_mark_success", dag,
-                                lambda run: stack.set_ti_state(dag, run, "train", "success"))
+    return _user_action_cancels(
+        stack,
+        platform,
+        "K3b mark success, cancel_on_mark_success",
+        dag,
+        lambda run: stack.set_ti_state(dag, run, "train", "success"),
+    )
 
 
 def k4_dag_run_failed(stack, platform, flavor: Flavor) -> Outcome:
     dag = flavor.dag("kp_deferred")
-    return _user_action_cancels(stack, platform, "K4 DAG run marked failed", dag,
-                                lambda run: stack.set_dag_run_state(dag, run, "failed"))
+    return _user_action_cancels(
+        stack,
+        platform,
+        "K4 DAG run marked failed",
+        dag,
+        lambda run: stack.set_dag_run_state(dag, run, "failed"),
+    )
 
 
 def k4b_dagrun_timeout(stack, platform, flavor: Flavor) -> Outcome:
@@ -255,7 +316,9 @@ def k4b_dagrun_timeout(stack, platform, flavor: Flavor) -> Outcome:
     platform.wait_job(job["job_id"], {"cancelled"}, timeout=90)
     stack.wait_ti(dag, run_id, "train", {"skipped", "failed"}, timeout=30)
     time.sleep(3)
-    return _finish(stack, platform, "K4b dagrun_timeout", dag, run_id, expect_cancel=True, since=_iso(start) + 30)
+    return _finish(
+        stack, platform, "K4b dagrun_timeout", dag, run_id, expect_cancel=True, since=_iso(start) + 30
+    )
 
 
 # -- K5, K6, K9: timeouts and slow cancels ---------------------------------------------------------
@@ -265,8 +328,18 @@ def k5_execution_timeout_deferred(stack, platform, flavor: Flavor) -> Outcome:
     ti = stack.ti(dag, run_id, "train")
     first = platform.wait_job(first["job_id"], {"cancelled"}, timeout=90)
     second = platform.wait_running(dag, run_id, count=2, min_epochs=0, timeout=90)
-    outcome = _finish(stack, platform, "K5 execution_timeout (deferred)", dag, run_id, expect_cancel=True,
-                      since=_iso(ti["start_date"]) + 25, expected_submits=2, first=first, second=second)
+    outcome = _finish(
+        stack,
+        platform,
+        "K5 execution_timeout (deferred)",
+        dag,
+        run_id,
+        expect_cancel=True,
+        since=_iso(ti["start_date"]) + 25,
+        expected_submits=2,
+        first=first,
+        second=second,
+    )
     stack.set_ti_state(dag, run_id, "train", "failed")  # don't wait for the retry to time out too
     platform.wait_job(second["job_id"], {"cancelled"}, timeout=60)
     return outcome
@@ -274,17 +347,27 @@ def k5_execution_timeout_deferred(stack, platform, flavor: Flavor) -> Outcome:
 
 def k6_defer_timeout(stack, platform, flavor: Flavor) -> Outcome:
     dag = flavor.dag("kp_defer_timeout")
-    run_id, job = _start_deferred(stack, platform, dag)
-    platform.wait_job(job["job_id"], {"cancelled"}, timeout=90)
+    run_id = stack.trigger(dag)
+    job = platform.wait_running(dag, run_id)
+    platform.wait_job(job["job_id"], {"cancelled"}, timeout=120)
     stack.wait_ti(dag, run_id, "train", {"failed"}, timeout=60)
-    return _finish(stack, platform, "K6 defer timeout", dag, run_id, expect_cancel=True,
-                   log=stack.task_log(dag, run_id, "train", 1))
+    return _finish(
+        stack,
+        platform,
+        "K6 defer timeout",
+        dag,
+        run_id,
+        expect_cancel=True,
+        log=stack.task_log(dag, run_id, "train", 1),
+    )
 
 
 def k9_slow_cancel(stack, platform, flavor: Flavor) -> Outcome:
     dag = flavor.dag("kp_deferred")
     run_id, job = _start_deferred(stack, platform, dag)
-    platform.add_fault(method="POST", path_prefix=f"{flavor.job_path(job['job_id'])}/cancel", delay_seconds=6, count=1)
+    platform.add_fault(
+        method="POST", path_prefix=f"{flavor.job_path(job['job_id'])}/cancel", delay_seconds=6, count=1
+    )
     t0 = time.time()
     stack.set_ti_state(dag, run_id, "train", "failed")
     platform.wait_job(job["job_id"], {"cancelled"}, timeout=90)
@@ -301,8 +384,16 @@ def k10_sigterm_task(stack, platform, flavor: Flavor) -> Outcome:
     os.kill(pid, signal.SIGTERM)
     platform.wait_job(job["job_id"], {"cancelled"}, timeout=60)
     ti = stack.wait_ti(dag, run_id, "train", {"failed", "success", "up_for_retry"}, timeout=60)
-    return _finish(stack, platform, "K10 SIGTERM running task", dag, run_id, expect_cancel=True, since=t0,
-                   stopped_after=_iso(ti["end_date"]) - t0)
+    return _finish(
+        stack,
+        platform,
+        "K10 SIGTERM running task",
+        dag,
+        run_id,
+        expect_cancel=True,
+        since=t0,
+        stopped_after=_iso(ti["end_date"]) - t0,
+    )
 
 
 def k11_execution_timeout_running(stack, platform, flavor: Flavor) -> Outcome:
@@ -311,8 +402,15 @@ def k11_execution_timeout_running(stack, platform, flavor: Flavor) -> Outcome:
     ti = stack.ti(dag, run_id, "train")
     platform.wait_job(job["job_id"], {"cancelled"}, timeout=90)
     stack.wait_ti(dag, run_id, "train", {"failed"}, timeout=60)
-    return _finish(stack, platform, "K11 execution_timeout (running)", dag, run_id, expect_cancel=True,
-                   since=_iso(ti["start_date"]) + 25)
+    return _finish(
+        stack,
+        platform,
+        "K11 execution_timeout (running)",
+        dag,
+        run_id,
+        expect_cancel=True,
+        since=_iso(ti["start_date"]) + 25,
+    )
 
 
 def k12_mark_failed_running(stack, platform, flavor: Flavor) -> Outcome:
@@ -349,9 +447,18 @@ def k13_worker_crash_reattach(stack, platform, flavor: Flavor) -> Outcome:
     _kill_worker(stack, dag, run_id)
     ti = _wait_try(stack, dag, run_id, 2, {"running"})
     time.sleep(3)
-    outcome = _finish(stack, platform, "K13 worker SIGKILL → retry re-attaches", dag, run_id, expect_cancel=False,
-                      job=job, try_number=ti["try_number"], xcom_job=_xcom(stack, dag, run_id, "job_id"),
-                      job_state=platform.job(job["job_id"])["state"])
+    outcome = _finish(
+        stack,
+        platform,
+        "K13 worker SIGKILL → retry re-attaches",
+        dag,
+        run_id,
+        expect_cancel=False,
+        job=job,
+        try_number=ti["try_number"],
+        xcom_job=_xcom(stack, dag, run_id, "job_id"),
+        job_state=platform.job(job["job_id"])["state"],
+    )
     stack.set_ti_state(dag, run_id, "train", "failed")
     platform.wait_job(job["job_id"], {"cancelled"}, timeout=60)
     return outcome
@@ -363,8 +470,16 @@ def k13b_worker_crash_adopt(stack, platform, flavor: Flavor) -> Outcome:
     _kill_worker(stack, dag, run_id)
     platform.wait_job(job["job_id"], {"completed"}, timeout=120)
     ti = stack.wait_ti(dag, run_id, "train", {"success", "failed"}, timeout=180)
-    return _finish(stack, platform, "K13b worker SIGKILL → retry adopts result", dag, run_id, expect_cancel=False,
-                   try_number=ti["try_number"], log=stack.task_log(dag, run_id, "train", ti["try_number"]))
+    return _finish(
+        stack,
+        platform,
+        "K13b worker SIGKILL → retry adopts result",
+        dag,
+        run_id,
+        expect_cancel=False,
+        try_number=ti["try_number"],
+        log=stack.task_log(dag, run_id, "train", ti["try_number"]),
+    )
 
 
 # -- K14–K16: platform faults, outside cancels -------------------------------------------------------
@@ -382,8 +497,16 @@ def k14_flaky_polling(stack, platform, flavor: Flavor) -> Outcome:
         platform.add_fault(method="GET", path_prefix=prefix, count=1, **rule)
     ti = stack.wait_ti(dag, run_id, "train", {"success", "failed"}, timeout=180)
     fired = [r["fired"] for r in platform.faults() if r["path_prefix"] == prefix and r["method"] == "GET"]
-    return _finish(stack, platform, "K14 503/429/timeout/malformed while polling", dag, run_id,
-                   expect_cancel=False, fired=fired, log=stack.task_log(dag, run_id, "train", ti["try_number"]))
+    return _finish(
+        stack,
+        platform,
+        "K14 503/429/timeout/malformed while polling",
+        dag,
+        run_id,
+        expect_cancel=False,
+        fired=fired,
+        log=stack.task_log(dag, run_id, "train", ti["try_number"]),
+    )
 
 
 def k15_outage_beyond_budget(stack, platform, flavor: Flavor) -> Outcome:
@@ -398,8 +521,17 @@ def k15_outage_beyond_budget(stack, platform, flavor: Flavor) -> Outcome:
     finally:
         platform.disable_faults(prefix)
     ti = stack.wait_ti(dag, run_id, "train", {"success", "failed"}, timeout=180)
-    return _finish(stack, platform, "K15 outage beyond budget", dag, run_id, expect_cancel=False,
-                   log1=log1, state_during=during["state"], try_number=ti["try_number"])
+    return _finish(
+        stack,
+        platform,
+        "K15 outage beyond budget",
+        dag,
+        run_id,
+        expect_cancel=False,
+        log1=log1,
+        state_during=during["state"],
+        try_number=ti["try_number"],
+    )
 
 
 def k16_cancelled_outside(stack, platform, flavor: Flavor) -> Outcome:
@@ -407,8 +539,15 @@ def k16_cancelled_outside(stack, platform, flavor: Flavor) -> Outcome:
     run_id, job = _start_deferred(stack, platform, dag)
     platform.cancel(job["job_id"])
     ti = stack.wait_ti(dag, run_id, "train", {"success", "failed"}, timeout=60)
-    outcome = _finish(stack, platform, "K16 job stopped outside Airflow", dag, run_id, expect_cancel=True,
-                      log=stack.task_log(dag, run_id, "train", ti["try_number"]))
+    outcome = _finish(
+        stack,
+        platform,
+        "K16 job stopped outside Airflow",
+        dag,
+        run_id,
+        expect_cancel=True,
+        log=stack.task_log(dag, run_id, "train", ti["try_number"]),
+    )
     outcome.notes["outside_cancels"] = len(outcome.cancels)  # the one cancel is the console's, not Airflow's
     return outcome
 
@@ -418,8 +557,15 @@ def k19_platform_auto_cancel(stack, platform, flavor: Flavor) -> Outcome:
     dag = "kp_bad_wandb_key_together"
     run_id = stack.trigger(dag)
     ti = stack.wait_ti(dag, run_id, "train", {"success", "failed"}, timeout=120)
-    return _finish(stack, platform, "K19 platform auto-cancel (W&B key)", dag, run_id, expect_cancel=False,
-                   log=stack.task_log(dag, run_id, "train", ti["try_number"]))
+    return _finish(
+        stack,
+        platform,
+        "K19 platform auto-cancel (W&B key)",
+        dag,
+        run_id,
+        expect_cancel=False,
+        log=stack.task_log(dag, run_id, "train", ti["try_number"]),
+    )
 
 
 # -- exclusive scenarios: they stop triggerers or fault a whole platform, one run per flavor at once ----
@@ -433,16 +579,20 @@ def _stop_triggerers(stack) -> list[str]:
 
 
 def k7_triggerer_restart(stack, platform, flavors: list[Flavor]) -> dict[str, Outcome]:
-    runs = {f.name: (f.dag("kp_short_deferred"), *_start_deferred(stack, platform, f.dag("kp_short_deferred")))
-            for f in flavors}
+    runs = {
+        f.name: (f.dag("kp_short_deferred"), *_start_deferred(stack, platform, f.dag("kp_short_deferred")))
+        for f in flavors
+    }
     names = _stop_triggerers(stack)  # every triggerer: graceful SIGTERM, as a deploy would
     time.sleep(2)
     for name in names:
         stack.start_triggerer(name)
     for dag, run_id, _ in runs.values():
         stack.wait_ti(dag, run_id, "train", {"success", "failed"}, timeout=180)
-    return {name: _finish(stack, platform, "K7 triggerer restart", dag, run_id, expect_cancel=False)
-            for name, (dag, run_id, _) in runs.items()}
+    return {
+        name: _finish(stack, platform, "K7 triggerer restart", dag, run_id, expect_cancel=False)
+        for name, (dag, run_id, _) in runs.items()
+    }
 
 
 def _wait_triggerer_job(stack, dag, run_id, predicate, timeout: float = 60) -> int | None:
@@ -459,15 +609,23 @@ def k8_triggerer_reassignment(stack, platform, flavors: list[Flavor]) -> dict[st
     """Two triggerers; the owner stops heartbeating (SIGSTOP), the other takes the triggers over,
     then the owner wakes up (SIGCONT) and — in 3.3.2 — calls on_kill on its stale copies."""
     stack.components["triggerer-1"].stop()  # so the triggers land on triggerer-0
-    runs = {f.name: (f.dag("kp_medium_deferred"), *_start_deferred(stack, platform, f.dag("kp_medium_deferred")))
-            for f in flavors}
-    owners = {n: _wait_triggerer_job(stack, dag, run, lambda j: j is not None) for n, (dag, run, _) in runs.items()}
+    runs = {
+        f.name: (f.dag("kp_medium_deferred"), *_start_deferred(stack, platform, f.dag("kp_medium_deferred")))
+        for f in flavors
+    }
+    owners = {
+        n: _wait_triggerer_job(stack, dag, run, lambda j: j is not None) for n, (dag, run, _) in runs.items()
+    }
     stack.start_triggerer("triggerer-1")
     owner = stack.components["triggerer-0"]
     owner.signal(signal.SIGSTOP)
     try:
-        taken = {n: _wait_triggerer_job(stack, dag, run, lambda j, o=owners[n]: j is not None and j != o, timeout=120)
-                 for n, (dag, run, _) in runs.items()}
+        taken = {
+            n: _wait_triggerer_job(
+                stack, dag, run, lambda j, o=owners[n]: j is not None and j != o, timeout=120
+            )
+            for n, (dag, run, _) in runs.items()
+        }
     finally:
         owner.signal(signal.SIGCONT)
     time.sleep(8)  # the woken owner cancels its stale copies (on_kill) now
@@ -475,9 +633,18 @@ def k8_triggerer_reassignment(stack, platform, flavors: list[Flavor]) -> dict[st
     outcomes = {}
     for name, (dag, run_id, _) in runs.items():
         ti = stack.wait_ti(dag, run_id, "train", {"success", "failed"}, timeout=180)
-        outcomes[name] = _finish(stack, platform, "K8 trigger reassigned to another triggerer", dag, run_id,
-                                 expect_cancel=False, owner_job=owners[name], taken_by=taken[name],
-                                 state_after_wake=mid[name], log=stack.task_log(dag, run_id, "train", ti["try_number"]))
+        outcomes[name] = _finish(
+            stack,
+            platform,
+            "K8 trigger reassigned to another triggerer",
+            dag,
+            run_id,
+            expect_cancel=False,
+            owner_job=owners[name],
+            taken_by=taken[name],
+            state_after_wake=mid[name],
+            log=stack.task_log(dag, run_id, "train", ti["try_number"]),
+        )
     return outcomes
 
 
@@ -487,16 +654,31 @@ def k17_already_failed(stack, platform, flavors: list[Flavor]) -> dict[str, Outc
         platform.add_fault(method="GET", path_prefix=f.jobs_path + "/", delay_seconds=6, count=1)
     try:
         runs = {f.name: (f.dag("kp_fails_fast"), stack.trigger(f.dag("kp_fails_fast"))) for f in flavors}
-        tis = {n: stack.wait_ti(dag, run, "train", {"success", "failed"}, timeout=120) for n, (dag, run) in runs.items()}
+        tis = {
+            n: stack.wait_ti(dag, run, "train", {"success", "failed"}, timeout=120)
+            for n, (dag, run) in runs.items()
+        }
     finally:
         platform.clear_faults()
-    return {n: _finish(stack, platform, "K17 job already failed at first check", dag, run, expect_cancel=False,
-                       log=stack.task_log(dag, run, "train", tis[n]["try_number"]))
-            for n, (dag, run) in runs.items()}
+    return {
+        n: _finish(
+            stack,
+            platform,
+            "K17 job already failed at first check",
+            dag,
+            run,
+            expect_cancel=False,
+            log=stack.task_log(dag, run, "train", tis[n]["try_number"]),
+        )
+        for n, (dag, run) in runs.items()
+    }
 
 
 def k18_reaper_when_triggerer_down(stack, platform, flavors: list[Flavor]) -> dict[str, Outcome]:
-    runs = {f.name: (f, f.dag("kp_deferred"), *_start_deferred(stack, platform, f.dag("kp_deferred"))) for f in flavors}
+    runs = {
+        f.name: (f, f.dag("kp_deferred"), *_start_deferred(stack, platform, f.dag("kp_deferred")))
+        for f in flavors
+    }
     names = _stop_triggerers(stack)
     try:
         t0 = time.time()
@@ -507,16 +689,29 @@ def k18_reaper_when_triggerer_down(stack, platform, flavors: list[Flavor]) -> di
         reapers = {}
         for name, (flavor, *_rest) in runs.items():
             reaper_run = stack.trigger(flavor.dag("kp_reaper"))
-            reapers[name] = stack.wait_ti(flavor.dag("kp_reaper"), reaper_run, "reap", {"success", "failed"}, 120)
+            reapers[name] = stack.wait_ti(
+                flavor.dag("kp_reaper"), reaper_run, "reap", {"success", "failed"}, 120
+            )
         for _, _, _, job in runs.values():
             platform.wait_job(job["job_id"], {"cancelled"}, timeout=60)
     finally:
         for name in names:
             stack.start_triggerer(name)
     time.sleep(5)
-    return {n: _finish(stack, platform, "K18 mark failed, triggerer down → reaper", dag, run_id, expect_cancel=True,
-                       since=t0, untouched=untouched[n], reaper_state=reapers[n]["state"])
-            for n, (_, dag, run_id, _) in runs.items()}
+    return {
+        n: _finish(
+            stack,
+            platform,
+            "K18 mark failed, triggerer down → reaper",
+            dag,
+            run_id,
+            expect_cancel=True,
+            since=t0,
+            untouched=untouched[n],
+            reaper_state=reapers[n]["state"],
+        )
+        for n, (_, dag, run_id, _) in runs.items()
+    }
 
 
 def k20_events_across_triggerer_restart(stack, platform, flavors: list[Flavor]) -> dict[str, Outcome]:
@@ -529,9 +724,18 @@ def k20_events_across_triggerer_restart(stack, platform, flavors: list[Flavor]) 
     for name in names:
         stack.start_triggerer(name)
     ti = stack.wait_ti(dag, run_id, "train", {"success", "failed"}, timeout=180)
-    return {"together": _finish(stack, platform, "K20 events across a triggerer restart", dag, run_id,
-                                expect_cancel=False, log=stack.task_log(dag, run_id, "train", ti["try_number"]),
-                                events=platform.together_events(job["job_id"]))}
+    return {
+        "together": _finish(
+            stack,
+            platform,
+            "K20 events across a triggerer restart",
+            dag,
+            run_id,
+            expect_cancel=False,
+            log=stack.task_log(dag, run_id, "train", ti["try_number"]),
+            events=platform.together_events(job["job_id"]),
+        )
+    }
 
 
 SHAREABLE = [
@@ -555,8 +759,13 @@ SHAREABLE = [
     k16_cancelled_outside,
     k19_platform_auto_cancel,
 ]
-EXCLUSIVE = [k7_triggerer_restart, k8_triggerer_reassignment, k17_already_failed, k18_reaper_when_triggerer_down,
-             k20_events_across_triggerer_restart]
+EXCLUSIVE = [
+    k7_triggerer_restart,
+    k8_triggerer_reassignment,
+    k17_already_failed,
+    k18_reaper_when_triggerer_down,
+    k20_events_across_triggerer_restart,
+]
 TOGETHER_ONLY = {"k19_platform_auto_cancel", "k20_events_across_triggerer_restart"}
 SCENARIOS = {f.__name__: f for f in SHAREABLE + EXCLUSIVE}
 
@@ -571,7 +780,9 @@ def _progress(message: str) -> None:
         sys.stderr.write(line)
 
 
-def run_scenarios(stack, platform, wanted: set[tuple[str, str]], workers: int = 4) -> dict[tuple[str, str], Any]:
+def run_scenarios(
+    stack, platform, wanted: set[tuple[str, str]], workers: int = 4
+) -> dict[tuple[str, str], Any]:
     """Run ``(scenario, flavor)`` pairs: exclusive ones first, one scenario at a time for all its
     flavors at once; then the shareable ones concurrently. Returns an Outcome or the exception."""
     from concurrent.futures import ThreadPoolExecutor

@@ -15,7 +15,8 @@ import pytest
 from tests.killpaths.scenarios import FLAVORS, Outcome
 
 # The first test's setup runs every selected scenario (see conftest.outcomes): give it the time.
-pytestmark = [pytest.mark.killpaths, pytest.mark.timeout(3000)]
+# One xdist worker runs them all (they share one stack), while another runs the rest of the suite.
+pytestmark = [pytest.mark.killpaths, pytest.mark.timeout(3000), pytest.mark.xdist_group("killpaths")]
 ALL = pytest.mark.parametrize("flavor", list(FLAVORS), indirect=True)
 TOGETHER = pytest.mark.parametrize("flavor", ["together"], indirect=True)
 
@@ -27,7 +28,11 @@ def scenario(name: str):
 def assert_cancelled_once_keeping_checkpoints(o: Outcome, job: dict | None = None) -> dict:
     """One accepted cancel; checkpoints kept — and where the platform can, a final one written."""
     job = job or o.jobs[0]
-    accepted = [r for r in job["cancel_requests"] if r.get("outcome") == "accepted"]
+    accepted = [
+        r
+        for r in job["cancel_requests"]
+        if r.get("outcome") == "accepted" and r.get("initiator") != "platform"
+    ]
     assert job["state"] == "cancelled", job["state"]
     assert len(accepted) == 1, job["cancel_requests"]
     assert accepted[0]["preserve_checkpoints"] is True
@@ -203,7 +208,7 @@ def test_k16_job_stopped_outside_airflow_fails_task(outcome):
 def test_k17_already_failed_job_fails_without_deferral(outcome):
     log = outcome.notes["log"]
     assert outcome.ti_state == "failed" and outcome.jobs[0]["state"] == "failed"
-    assert "learning_rate" in log and "failed" in log
+    assert ("learning_rate" in log or "CUDA error" in log) and "failed" in log
     assert "TrainingJobTrigger" not in log and "DEFERRED" not in log.upper()
 
 
@@ -220,6 +225,7 @@ def test_k18_reaper_cancels_orphan_when_triggerer_was_down(outcome):
 def test_k19_platform_auto_cancel_fails_task_with_the_event(outcome):
     assert outcome.ti_state == "failed" and outcome.jobs[0]["state"] == "cancelled"
     assert outcome.cancels == []  # the platform cancelled it, not Airflow
+    assert [r["initiator"] for r in outcome.jobs[0]["cancel_requests"]] == ["platform"]
     failure = outcome.notes["log"].split("was cancelled outside Airflow", 1)[1][:500]
     assert "wandb_init" in failure and "W&B" in failure
 

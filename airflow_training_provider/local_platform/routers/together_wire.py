@@ -18,7 +18,7 @@ Wire contract: /work/shared/reference/platforms.md §3. Choices where the refere
   level ``error``, then the platform cancels the job (``cancel_requested`` "Job cancelled due to error
   in W&B login/init", ``job_stopped``, status ``cancelled``), as Together does (§3.5).
 * Extension keys (not Together fields): ``x_airflow_tags`` (identity tags, echoed on the job object,
-  filterable with ``?x_airflow_tag=``) and ``x_local`` ``{seconds_per_epoch, checkpoint_seconds,
+  filterable with ``?x_airflow_tag=``) and ``x_local`` ``{seconds_per_epoch, checkpoint_seconds, fail_with,
   gpu_count}`` (trainer pacing and GPUs on this platform).
 * ``total_price`` is the engine's cost in USD (GPU time). ``started_at`` is the start of the current
   status (§3.4: "start of the current stage").
@@ -303,6 +303,8 @@ def parse_create(body: Any, lookup: Callable[[str], dict[str, Any] | None]) -> t
         value = _float(local, key, f"{LOCAL_KEY}.{key}", 0.0, high)
         if value is not None:
             hyper[key] = value
+    if local.get("fail_with"):  # fault injection: the trainer fails at start with this message
+        hyper["fail_with"] = str(local["fail_with"])
     gpu_count = _int(local, "gpu_count", 1, 1, 32) if "gpu_count" in local else 1
 
     started_events: list[dict[str, Any]] = [

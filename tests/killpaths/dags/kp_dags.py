@@ -33,16 +33,19 @@ def tensorone_spec(epochs: int, seconds_per_epoch: float, **training) -> dict:
     }
 
 
-def together_spec(epochs: int, seconds_per_epoch: float, **training) -> dict:
-    extra = {k: v for k, v in training.items() if k != "learning_rate"}
+def together_spec(epochs: int, seconds_per_epoch: float, learning_rate: float = 0.001, **extra) -> dict:
+    local: dict = {"seconds_per_epoch": seconds_per_epoch}
+    if learning_rate < 0:  # Together refuses it before submit: have the trainer fail instead
+        local["fail_with"] = "CUDA error: an illegal memory access was encountered (learning_rate diverged)"
+        learning_rate = 0.001
     return {
         "model": "local/digits-mlp-4b",
         "training_file": "file-digits",
         "n_epochs": epochs,
         "n_checkpoints": epochs,
-        "learning_rate": training.get("learning_rate", 0.001),
+        "learning_rate": learning_rate,
         "suffix": "kp",
-        "x_local": {"seconds_per_epoch": seconds_per_epoch},
+        "x_local": local,
         **extra,
     }
 
@@ -79,7 +82,7 @@ for suffix, (CONN_ID, spec) in PLATFORMS.items():
         )  # fmt: skip
 
     with dag(f"kp_defer_timeout{suffix}"):
-        PidRecordingSubmit(task_id="train", spec=LONG, defer_timeout=15, **deferred)
+        PidRecordingSubmit(task_id="train", spec=LONG, defer_timeout=30, **deferred)
 
     with dag(f"kp_running{suffix}"):
         PidRecordingSubmit(task_id="train", spec=LONG, **running)
