@@ -27,8 +27,8 @@ from airflow_training_provider.hooks.training import TrainingPlatformHook, compl
 from airflow_training_provider.hooks.transport import RetryPolicy
 from airflow_training_provider.identity import TaskIdentity
 from airflow_training_provider.models import CancelRequest, CancelResult, JobEvent, JobState, TrainingJob
-from airflow_training_provider.progress import ProgressLog, describe
-from airflow_training_provider.task_instance_lookup import current_job_id
+from airflow_training_provider.progress import ProgressLog
+from airflow_training_provider.task_instance_lookup import EVENT_CURSOR_XCOM_KEY, current_job_id
 from airflow_training_provider.triggers.training_job import TrainingJobTrigger
 
 #: task_state_store key holding ``{"job_id", "try_number", "platform"}`` across tries.
@@ -217,6 +217,9 @@ class TrainingJobWaitMixin:
                 "confirm_timeout": self.confirm_cancel_timeout,
             },
         )
+        if self.hook.dialect.capabilities.events:
+            # The trigger keeps its event cursor here; an existing key spares it a "not found" on start.
+            context["ti"].xcom_push(key=EVENT_CURSOR_XCOM_KEY, value=0)
         limits = [self.defer_timeout] if self.defer_timeout else []
         if deadline is not None:  # a backstop only: the trigger's own deadline comes first
             limits.append(max(1.0, deadline - time.time()) + DEFER_TIMEOUT_SLACK)
@@ -227,10 +230,8 @@ class TrainingJobWaitMixin:
         """Resume after the trigger fired: map its event to the task's outcome."""
         status = event.get("status")
         self.job_id = event.get("job_id", self.job_id)
-        if status == "terminal":
-            job = TrainingJob.model_validate(event["job"])
-            self.log.info("Training job %s", describe(job))
-            return job_outcome(job)
+        if status == "terminal":  # the trigger already logged the final state
+            return job_outcome(TrainingJob.model_validate(event["job"]))
         if status == "timeout":
             self.cancel_and_report(self.job_id, "Airflow execution_timeout reached", context)
             raise AirflowTaskTimeout(f"execution_timeout reached; training job {self.job_id} was cancelled")

@@ -10,7 +10,7 @@ from airflow.sdk.configuration import conf
 
 from airflow_training_provider.hooks.training import TrainingPlatformHook
 from airflow_training_provider.operators._waiting import TrainingJobWaitMixin, job_outcome
-from airflow_training_provider.progress import ProgressLog
+from airflow_training_provider.progress import ProgressLog, describe
 
 
 class TrainingJobSensor(TrainingJobWaitMixin, BaseSensorOperator):
@@ -63,7 +63,9 @@ class TrainingJobSensor(TrainingJobWaitMixin, BaseSensorOperator):
         if not self.deferrable:
             return super().execute(context)
         job = self.hook.get_job(self.job_id, budget=self.outage_budget)
-        if job.is_terminal:
+        if job.is_terminal:  # one check: no deferral for a job that already ended
+            job = self.hook.final_view(job)
+            self.log.info("Training job %s", describe(job))
             return job_outcome(job)
         self.defer_on(job, context, self.deadline_from_now())
 
@@ -73,4 +75,4 @@ class TrainingJobSensor(TrainingJobWaitMixin, BaseSensorOperator):
         self._progress.update(job)
         if not job.is_terminal:
             return PokeReturnValue(is_done=False)
-        return PokeReturnValue(is_done=True, xcom_value=job_outcome(job))
+        return PokeReturnValue(is_done=True, xcom_value=job_outcome(self.hook.final_view(job)))

@@ -110,7 +110,7 @@ def test_together_bad_wandb_key_auto_cancel_fails_task_with_event_message(airflo
     job = together_jobs(platform, "bad-wandb")[-1]
     assert job["state"] == "cancelled"
     failure = out.split("TrainingJobFailed", 1)[1][:3000]
-    assert "wandb_init" in failure and ("W&B" in failure or "wandb" in failure.lower())
+    assert "W&B login failed" in failure
 
 
 def test_together_balance_auto_cancel_fails_task_with_billing_event(airflow_env, broke_platform):
@@ -120,7 +120,7 @@ def test_together_balance_auto_cancel_fails_task_with_billing_event(airflow_env,
     job = together_jobs(broke_platform, "broke")[-1]
     assert job["state"] == "cancelled"
     failure = out.split("TrainingJobFailed", 1)[1][:3000]
-    assert "billing_limit" in failure
+    assert "balance" in failure.lower() or "billing" in failure.lower()
 
 
 def submit_directly(platform, **training) -> str:
@@ -132,10 +132,11 @@ def submit_directly(platform, **training) -> str:
 
 
 def test_sensor_waits_deferred_for_an_existing_job(airflow_env, platform):
-    job_id = submit_directly(platform, epochs=4, seconds_per_epoch=0.3)
+    job_id = submit_directly(platform, epochs=100, seconds_per_epoch=0.3)  # outlives the DAG's start
     run = airflow_env.dags_test("e2e_sensor", "--conf", json.dumps({"job_id": job_id}))
     out = run.stdout + run.stderr
     assert run.returncode == 0, out[-3000:]
+    assert "TrainingJobTrigger" in out  # it waited deferred
     assert f"Training job {job_id} succeeded" in out
     assert next(j for j in platform_jobs(platform) if j["job_id"] == job_id)["state"] == "completed"
 

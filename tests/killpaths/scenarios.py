@@ -431,6 +431,14 @@ def _kill_worker(stack, dag, run_id) -> None:
     os.kill(supervisor, signal.SIGKILL)
 
 
+def _wait_log(stack, dag, run_id, try_number, text, timeout=90) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in stack.task_log(dag, run_id, "train", try_number):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{text!r} never appeared in the log of try {try_number}")
+        time.sleep(1)
+
+
 def _wait_try(stack, dag, run_id, try_number, states, timeout=120) -> dict:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -446,7 +454,7 @@ def k13_worker_crash_reattach(stack, platform, flavor: Flavor) -> Outcome:
     run_id, job = _start_running(stack, platform, dag)
     _kill_worker(stack, dag, run_id)
     ti = _wait_try(stack, dag, run_id, 2, {"running"})
-    time.sleep(3)
+    _wait_log(stack, dag, run_id, 2, "Re-attaching to training job")  # not just started: re-attached
     outcome = _finish(
         stack,
         platform,
@@ -649,9 +657,9 @@ def k8_triggerer_reassignment(stack, platform, flavors: list[Flavor]) -> dict[st
 
 
 def k17_already_failed(stack, platform, flavors: list[Flavor]) -> dict[str, Outcome]:
-    # Hold each operator's first status check until its trainer has failed (it dies in ~2 s).
+    # Hold each operator's first status check until its trainer has failed (it dies within ~5 s).
     for f in flavors:
-        platform.add_fault(method="GET", path_prefix=f.jobs_path + "/", delay_seconds=6, count=1)
+        platform.add_fault(method="GET", path_prefix=f.jobs_path + "/", delay_seconds=15, count=1)
     try:
         runs = {f.name: (f.dag("kp_fails_fast"), stack.trigger(f.dag("kp_fails_fast"))) for f in flavors}
         tis = {
