@@ -22,7 +22,7 @@ postgres:
 
 test: $(STAMP) postgres
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15 -n 2 --dist loadgroup
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15
 
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

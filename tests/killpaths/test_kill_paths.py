@@ -15,8 +15,8 @@ import pytest
 from tests.killpaths.scenarios import FLAVORS, Outcome
 
 # The first test's setup runs every selected scenario (see conftest.outcomes): give it the time.
-# One xdist worker runs them all (they share one stack), while another runs the rest of the suite.
-pytestmark = [pytest.mark.killpaths, pytest.mark.timeout(3000), pytest.mark.xdist_group("killpaths")]
+# They share one stack: under pytest-xdist (--dist loadgroup) one worker runs them all.
+pytestmark = [pytest.mark.killpaths, pytest.mark.timeout(3000), pytest.mark.xdist_group(name="killpaths")]
 ALL = pytest.mark.parametrize("flavor", list(FLAVORS), indirect=True)
 TOGETHER = pytest.mark.parametrize("flavor", ["together"], indirect=True)
 
