@@ -8,6 +8,7 @@ chosen from the connection's type, so one hook serves every platform.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from functools import cached_property
 from typing import Any
 
@@ -170,12 +171,25 @@ class TrainingPlatformHook(HttpHook):
             job state seen, which is terminal unless the timeout ran out.
         """
         result = self.cancel_job(job_id, cancel)
-        deadline = time.monotonic() + timeout
-        job = self.get_job(job_id)
-        while not job.is_terminal and time.monotonic() < deadline:
-            time.sleep(interval)
-            job = self.get_job(job_id)
+        job = self.wait_until(job_id, lambda j: j.is_terminal, timeout, interval)
         return complete_cancel_result(result, job), job
+
+    def wait_until(
+        self,
+        job_id: str,
+        done: Callable[[TrainingJob], bool],
+        timeout: float,
+        interval: float = 1.0,
+        budget: float | None = None,
+    ) -> TrainingJob:
+        """Poll job ``job_id`` every ``interval`` s until ``done(job)`` or ``timeout`` s have passed;
+        return the last job seen (``budget``: outage budget of each poll, seconds)."""
+        deadline = time.monotonic() + timeout
+        job = self.get_job(job_id, budget)
+        while not done(job) and time.monotonic() < deadline:
+            time.sleep(interval)
+            job = self.get_job(job_id, budget)
+        return job
 
     def _with_console_url(self, job: TrainingJob) -> TrainingJob:
         if job.console_url:

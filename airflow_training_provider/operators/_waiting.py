@@ -157,11 +157,7 @@ class TrainingJobWaitMixin:
 
     def _confirm_kill(self, context: Any) -> None:
         """After ``on_kill`` asked for the cancel: wait (bounded) for the platform to finish it."""
-        deadline = time.monotonic() + self.confirm_cancel_timeout
-        job = self.hook.get_job(self.job_id)
-        while not job.is_terminal and time.monotonic() < deadline:
-            time.sleep(0.5)
-            job = self.hook.get_job(self.job_id)
+        job = self.hook.wait_until(self.job_id, lambda j: j.is_terminal, self.confirm_cancel_timeout, 0.5)
         result = complete_cancel_result(self._kill_result, job)
         log_cancel(self.log, result, job)
         if context is not None:

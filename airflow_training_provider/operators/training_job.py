@@ -8,7 +8,6 @@ return value, or a failure that says why.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -196,13 +195,12 @@ class SubmitTrainingJobOperator(TrainingJobWaitMixin, BaseOperator):
     def _await_cancel_by_old_trigger(self, job: TrainingJob) -> TrainingJob:
         """After a clear the old try's trigger cancels its job a few seconds later (its ``on_kill``).
         Give it that time, so the job is cancelled once; the caller cancels if nobody did."""
-        deadline = time.monotonic() + CLEAR_GRACE_SECONDS
-        while job.state is not JobState.STOPPING and not job.is_terminal and time.monotonic() < deadline:
-            time.sleep(1.0)
-            job = self.hook.get_job(job.id, budget=self.outage_budget)
-        while job.state is JobState.STOPPING and time.monotonic() < deadline + self.confirm_cancel_timeout:
-            time.sleep(1.0)
-            job = self.hook.get_job(job.id, budget=self.outage_budget)
+        hook, budget = self.hook, self.outage_budget
+        job = hook.wait_until(
+            job.id, lambda j: j.state is JobState.STOPPING or j.is_terminal, CLEAR_GRACE_SECONDS, 1.0, budget
+        )
+        if job.state is JobState.STOPPING:
+            job = hook.wait_until(job.id, lambda j: j.is_terminal, self.confirm_cancel_timeout, 1.0, budget)
         if job.is_terminal:
             self.log.info("Training job %s of the earlier try ended %s", job.id, job.state.value)
         return job
