@@ -9,33 +9,21 @@ and in the ``event_cursor`` XCom, so a restarted triggerer resumes after the las
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 
 from airflow_training_provider.models import JobEvent, JobState, TrainingJob
 from airflow_training_provider.platforms.base import Dialect
 
+_LOUD_LEVELS = frozenset({"error", "warning", "legacy_ierror"})
 
-class EventLog:
-    """Writes events past ``cursor`` to ``log``; ``cursor`` counts the events already written."""
 
-    def __init__(self, log: logging.Logger | logging.LoggerAdapter, cursor: int = 0) -> None:
-        self._log = log
-        self.cursor = cursor
-
-    def new_events(self, events: list[JobEvent]) -> list[JobEvent]:
-        """The events not written yet (the list is the platform's full, append-only event list)."""
-        return events[self.cursor :]
-
-    def write(self, events: list[JobEvent], upto: int) -> None:
-        """Write ``events`` (as returned by :meth:`new_events`) and move the cursor to ``upto``."""
-        for event in events:
-            level = (
-                logging.WARNING
-                if event.level.lower() in {"error", "warning", "legacy_ierror"}
-                else logging.INFO
-            )
-            when = event.created_at.isoformat() if event.created_at else "-"
-            self._log.log(level, "Platform event %s [%s] %s", when, event.type, event.message)
-        self.cursor = max(self.cursor, upto)
+def write_events(log: logging.Logger | logging.LoggerAdapter, events: Iterable[JobEvent]) -> None:
+    """Write ``events`` to ``log``: ``Platform event <time> [<type>] <message>``, errors and
+    warnings at WARNING level."""
+    for event in events:
+        level = logging.WARNING if event.level.lower() in _LOUD_LEVELS else logging.INFO
+        when = event.created_at.isoformat() if event.created_at else "-"
+        log.log(level, "Platform event %s [%s] %s", when, event.type, event.message)
 
 
 def explain_failure(job: TrainingJob, events: list[JobEvent], dialect: Dialect) -> TrainingJob:

@@ -1,67 +1,43 @@
-"""Provider metadata Airflow reads through the ``apache_airflow_provider`` entry point."""
+"""Provider metadata Airflow reads through the ``apache_airflow_provider`` entry point, generated
+from the platform descriptors: one integration and one connection type per platform."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from airflow_training_provider.connections import CONNECTION_TYPES, ui_field_behaviour
+from airflow_training_provider.platforms import PLATFORMS
+
+_MODULES = {
+    "operators": [
+        "airflow_training_provider.operators.training_job",
+        "airflow_training_provider.operators.reaper",
+    ],
+    "sensors": ["airflow_training_provider.sensors.training_job"],
+    "hooks": ["airflow_training_provider.hooks.training", "airflow_training_provider.hooks.training_async"],
+    "triggers": ["airflow_training_provider.triggers.training_job"],
+}
+"""The modules serve every platform (the connection's type picks the platform at run time), so
+each is listed under every platform's integration."""
 
 
 def get_provider_info() -> dict[str, Any]:
     """Connection types, hooks, operators, sensors and triggers this package adds to Airflow."""
+    platforms = list(PLATFORMS.values())
+    names = ", ".join(p.display_name for p in platforms)
     return {
         "package-name": "airflow-training-provider",
         "name": "Training platforms",
-        "description": "GPU training jobs on cloud training platforms (TensorOne, Together AI), with safe cancellation.",
+        "description": f"GPU training jobs on cloud training platforms ({names}), with safe cancellation.",
         "versions": ["0.1.0"],
         "integrations": [
-            {
-                "integration-name": "TensorOne",
-                "external-doc-url": "https://docs.tensorone.ai",
-                "tags": ["service"],
-            },
-            {
-                "integration-name": "Together AI",
-                "external-doc-url": "https://docs.together.ai/docs/fine-tuning-overview",
-                "tags": ["service"],
-            },
+            {"integration-name": p.display_name, "external-doc-url": p.docs_url, "tags": ["service"]}
+            for p in platforms
         ],
-        "operators": [
-            {
-                "integration-name": "TensorOne",
-                "python-modules": ["airflow_training_provider.operators.training_job"],
-            }
-        ],
-        "sensors": [
-            {
-                "integration-name": "TensorOne",
-                "python-modules": ["airflow_training_provider.sensors.training_job"],
-            }
-        ],
-        "hooks": [
-            {
-                "integration-name": "TensorOne",
-                "python-modules": [
-                    "airflow_training_provider.hooks.training",
-                    "airflow_training_provider.hooks.training_async",
-                ],
-            }
-        ],
-        "triggers": [
-            {
-                "integration-name": "TensorOne",
-                "python-modules": ["airflow_training_provider.triggers.training_job"],
-            }
-        ],
+        **{
+            kind: [{"integration-name": p.display_name, "python-modules": modules} for p in platforms]
+            for kind, modules in _MODULES.items()
+        },
         "connection-types": [
-            {
-                "hook-class-name": hook,
-                "connection-type": conn_type,
-                "hook-name": name,
-                "ui-field-behaviour": {
-                    key.replace("_", "-"): value for key, value in ui_field_behaviour(conn_type).items()
-                },
-            }
-            for conn_type, (hook, name, _, _) in CONNECTION_TYPES.items()
+            p.provider_connection_type("airflow_training_provider.hooks.training") for p in platforms
         ],
     }

@@ -1,6 +1,6 @@
 """The normalized training-job model every platform dialect translates to and from.
 
-Platforms disagree on names and states (reference: ``shared/reference/platforms.md`` §0.1); the
+Platforms disagree on names and states (``docs/platforms/README.md`` maps each to these); the
 rest of the provider (hooks, trigger, operators) only ever sees these types. All of them are
 pydantic v2 models so they serialize to JSON for XCom and trigger events unchanged.
 """
@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class JobState(StrEnum):
-    """Common training-job lifecycle (platforms.md §0.1).
+    """Common training-job lifecycle (``docs/platforms/README.md``).
 
     ``pending → queued → starting → running → stopping → succeeded | failed | cancelled``.
     """
@@ -134,7 +134,7 @@ class TrainingJob(_Model):
 
 
 class CancelRequest(_Model):
-    """What to ask the platform when cancelling (TensorOne cancel body, platforms.md §1.6).
+    """What to ask the platform when cancelling (modelled on TensorOne's cancel body).
 
     :ivar reason: free text shown on the platform.
     :ivar preserve_checkpoints: keep checkpoints already written.
@@ -181,3 +181,17 @@ def no_cancel_needed(job: TrainingJob) -> CancelResult | None:
     if job.state is JobState.STOPPING:
         return CancelResult(job_id=job.id, state=job.state, cost=job.cost)
     return None
+
+
+def complete_cancel_result(result: CancelResult, job: TrainingJob) -> CancelResult:
+    """Fill a cancel result with what the job shows once it stopped: final state, final checkpoint,
+    metrics and cost."""
+    final = job.final_checkpoint if job.is_terminal else None
+    update: dict[str, Any] = {"state": job.state}
+    if final is not None and (result.final_checkpoint_id in (None, final.id)) and final.kind == "final":
+        update |= {"final_checkpoint_id": final.id, "final_checkpoint_path": final.path}
+    if job.metrics and not result.final_metrics:
+        update["final_metrics"] = dict(job.metrics)
+    if job.cost.total_usd is not None:
+        update["cost"] = job.cost
+    return result.model_copy(update=update)

@@ -1,9 +1,12 @@
-"""One-line progress reports for the task log, written only when something changed."""
+"""What a waiting task writes to its log: one-line progress reports (only when something changed)
+and the platform's new events."""
 
 from __future__ import annotations
 
 import logging
 
+from airflow_training_provider.events import write_events
+from airflow_training_provider.lifecycle.operations import NewEvents, Progress, Step
 from airflow_training_provider.models import TrainingJob
 
 _SHOWN_METRICS = ("loss", "accuracy", "validation_loss", "validation_accuracy")
@@ -30,14 +33,26 @@ def describe(job: TrainingJob) -> str:
     return parts[0] + (": " + ", ".join(details) if details else "")
 
 
-class ProgressLog:
-    """Logs :func:`describe` of each polled job when state, epoch, step or metrics changed."""
+class JobReport:
+    """Turns a wait's reports into task-log lines: :func:`describe` of each polled job when its
+    state, epoch, step or metrics changed, and each new platform event once.
 
-    def __init__(self, log: logging.Logger | logging.LoggerAdapter) -> None:
+    Call it with every :class:`Progress` / :class:`NewEvents` step; ``cursor`` is the number of
+    events written so far."""
+
+    def __init__(self, log: logging.Logger | logging.LoggerAdapter, cursor: int = 0) -> None:
         self._log = log
         self._last: tuple | None = None
+        self.cursor = cursor
 
-    def update(self, job: TrainingJob) -> bool:
+    def __call__(self, step: Step) -> None:
+        if isinstance(step, Progress):
+            self.progress(step.job)
+        elif isinstance(step, NewEvents):
+            write_events(self._log, step.events)
+            self.cursor = max(self.cursor, step.cursor)
+
+    def progress(self, job: TrainingJob) -> bool:
         """Log ``job`` if it moved since the last call; return whether it logged."""
         signature = (
             job.state,

@@ -1,23 +1,25 @@
-"""How we talk to a platform, whatever it is: response classification and retry policy.
+"""How we talk to a platform, whatever it is: request preparation, response classification and
+retry policy, shared by the sync and the async hook. The rules:
 
-Shared by the sync and the async hook. The rules:
-
+* A request is prepared once (:func:`prepare_request`): URL and query joined by one rule, the body
+  serialized to bytes, then the dialect authenticates exactly those bytes.
 * 2xx with a JSON body → the body; a 2xx whose body is not JSON is *malformed* → transient.
-* 408, 425, 429 (``Retry-After`` honoured), 5xx, timeouts, connection resets → transient: retry with
-  exponential backoff and jitter. A non-idempotent call (create) is only retried when the request
-  certainly did not land (connection refused, 429, 503), so a retry never submits a second job.
-* any other 4xx → the dialect maps it to a definite error; no retry.
+* Errors are classified by the dialect (:meth:`Dialect.classify_error`): by default 408, 425, 429
+  (``Retry-After`` honoured) and 5xx are transient, like timeouts and connection resets: retried
+  with exponential backoff and jitter. A non-idempotent call (create) is only retried when the
+  request certainly did not land (connection refused, 429, 503), so a retry never submits a
+  second job. Any other error is definite; no retry.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from email.utils import parsedate_to_datetime
+from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlencode
 
 from tenacity import (
     RetryCallState,
@@ -28,13 +30,17 @@ from tenacity import (
 )
 
 from airflow_training_provider.errors import TransientPlatformError
-from airflow_training_provider.platforms.base import ApiRequest, Dialect
+from airflow_training_provider.platforms.base import (
+    ApiRequest,
+    Credentials,
+    Dialect,
+    HttpRequest,
+    retry_after_seconds,
+)
 
 log = logging.getLogger(__name__)
 
-TRANSIENT_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
-#: answers that prove the platform did not act on the request, so even a create may be re-sent.
-NOT_PROCESSED_STATUSES = frozenset({429, 503})
+__all__ = ["RetryPolicy", "decode_response", "join_url", "prepare_request", "retry_after_seconds"]
 
 
 @dataclass(frozen=True)
@@ -52,12 +58,10 @@ class RetryPolicy:
     max_backoff: float = 60.0
     max_attempts: int = 5
 
-    def tenacity_kwargs(self, request: ApiRequest, budget: float | None = None) -> dict[str, Any]:
-        """Arguments for ``tenacity.Retrying``/``AsyncRetrying`` for ``request``.
-
-        :param budget: if given, retry transient errors for this many seconds (an outage budget)
-            instead of ``max_attempts`` times.
-        """
+    def tenacity_kwargs(self, request: ApiRequest) -> dict[str, Any]:
+        """Arguments for ``tenacity.Retrying``/``AsyncRetrying`` for ``request``: transient errors
+        are retried for ``request.budget`` seconds (an outage budget) if it is set, else
+        ``max_attempts`` times."""
         backoff = wait_exponential_jitter(multiplier=self.initial_backoff, max=self.max_backoff)
 
         def wait(state: RetryCallState) -> float:
@@ -79,6 +83,7 @@ class RetryPolicy:
                 state.upcoming_sleep,
             )
 
+        budget = request.budget
         stop = stop_after_delay(budget) if budget is not None else stop_after_attempt(self.max_attempts)
         return {
             "stop": stop,
@@ -89,19 +94,40 @@ class RetryPolicy:
         }
 
 
-def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
-    """``Retry-After`` as seconds (delta-seconds or HTTP date); ``None`` when absent or unreadable."""
-    value = headers.get("Retry-After") or headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
-    except (TypeError, ValueError):
-        return None
+def join_url(
+    base_url: str, path: str, params: Mapping[str, Any] | list[tuple[str, Any]] | None = None
+) -> str:
+    """``base_url`` + ``path`` + query: one rule for both hooks. The base URL keeps its own path
+    (``https://host/api`` + ``/v2/x`` → ``https://host/api/v2/x``); slashes between them never double."""
+    url = base_url.rstrip("/") + "/" + path.lstrip("/")
+    if params:
+        pairs = list(params.items()) if isinstance(params, Mapping) else list(params)
+        url += "?" + urlencode([(k, _query_value(v)) for k, v in pairs])
+    return url
+
+
+def _query_value(value: Any) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
+def prepare_request(
+    dialect: Dialect, base_url: str, request: ApiRequest, credentials: Credentials
+) -> HttpRequest:
+    """The exact bytes to send for ``request``: absolute URL with query, headers, body serialized
+    once, then authenticated by the dialect (which sees all of it and the signing time)."""
+    body = dialect.encode_body(request)
+    headers = {"Accept": "application/json", **request.headers}
+    if body:
+        headers["Content-Type"] = request.content_type
+    http = HttpRequest(
+        method=request.method,
+        url=join_url(base_url, request.path, request.params),
+        headers=headers,
+        body=body,
+        timestamp=datetime.now(UTC),
+    )
+    http.headers.update(dialect.authenticate(http, credentials))
+    return http
 
 
 def decode_response(
@@ -109,8 +135,9 @@ def decode_response(
 ) -> Any:
     """Turn an HTTP answer into a JSON body or the right exception.
 
-    :raises TransientPlatformError: 408/425/429/5xx, or a 2xx body that is not JSON.
-    :raises TrainingPlatformError: (a subclass chosen by the dialect) for any other non-2xx status.
+    :raises TransientPlatformError: a 2xx body that is not JSON, or whatever the dialect classifies
+        as transient (by default 408/425/429/5xx).
+    :raises TrainingPlatformError: (a subclass chosen by :meth:`Dialect.classify_error`) otherwise.
     """
     try:
         body = json.loads(text) if text else None
@@ -122,14 +149,4 @@ def decode_response(
             ) from None
     if 200 <= status < 300:
         return body
-    if status in TRANSIENT_STATUSES:
-        code, message, request_id = dialect.error_fields(body)
-        raise TransientPlatformError(
-            message or f"HTTP {status}",
-            status=status,
-            code=code,
-            request_id=request_id,
-            retry_after=retry_after_seconds(headers),
-            sent=status not in NOT_PROCESSED_STATUSES,
-        )
-    raise dialect.parse_error(status, body, text)
+    raise dialect.classify_error(status, headers, body, text)

@@ -2,22 +2,21 @@
 
 It covers the paths where no provider code runs at all: a user marks a task failed while the
 owning triggerer is dead, a worker is SIGKILLed and the task is not retried, an ``on_kill`` cut
-short by a triggerer exit (``shared/reference/airflow-kill-paths.md`` §4.7).
+short by a triggerer exit (``docs/airflow-kill-paths.md``, "Reconciliation").
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from airflow.sdk import BaseOperator
 
+from airflow_training_provider.cancellation import CancelPolicy, reaper_decision
 from airflow_training_provider.hooks.training import TrainingPlatformHook
 from airflow_training_provider.identity import TaskIdentity, deployment_name
-from airflow_training_provider.kill_decisions import reaper_decision
-from airflow_training_provider.models import CancelRequest
-from airflow_training_provider.operators._waiting import log_cancel
+from airflow_training_provider.job_task import CONFIRM_TIMEOUT_PARAMETER, log_cancel, parameters
 from airflow_training_provider.task_instance_lookup import current_job_id, task_instance_state
 
 
@@ -30,6 +29,9 @@ class ReapOrphanedTrainingJobsOperator(BaseOperator):
         ``default``) — never touches jobs of another Airflow.
     :param min_age: seconds; younger jobs are left alone (a submit may not have published its id yet).
     :param dry_run: only report.
+    :param preserve_checkpoints: a cancel keeps the job's checkpoints.
+    :param create_final_checkpoint: a cancel asks for a final checkpoint (where the platform can).
+    :param confirm_cancel_timeout: seconds to wait for the platform to confirm each cancel.
 
     Returns a list of ``{"job_id", "task", "decision", "reason"}`` dicts, one per running job seen.
     """
@@ -39,19 +41,28 @@ class ReapOrphanedTrainingJobsOperator(BaseOperator):
     def __init__(
         self,
         *,
-        conn_id: str = TrainingPlatformHook.default_conn_name,
+        conn_id: str,
         deployment: str | None = None,
-        min_age: float = 60.0,
+        min_age: float | timedelta = 60.0,
         dry_run: bool = False,
-        confirm_cancel_timeout: float = 60.0,
+        preserve_checkpoints: bool = True,
+        create_final_checkpoint: bool = True,
+        confirm_cancel_timeout: float | timedelta = 60.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.conn_id = conn_id
         self.deployment = deployment
-        self.min_age = min_age
+        self.min_age = min_age.total_seconds() if isinstance(min_age, timedelta) else float(min_age)
         self.dry_run = dry_run
-        self.confirm_cancel_timeout = confirm_cancel_timeout
+        self.cancel_policy = parameters(
+            CancelPolicy,
+            f"{type(self).__name__}({self.task_id})",
+            CONFIRM_TIMEOUT_PARAMETER,
+            preserve_checkpoints=preserve_checkpoints,
+            create_final_checkpoint=create_final_checkpoint,
+            confirm_timeout=confirm_cancel_timeout,
+        )
 
     def execute(self, context: Any) -> list[dict[str, Any]]:
         hook = TrainingPlatformHook(self.conn_id)
@@ -67,9 +78,7 @@ class ReapOrphanedTrainingJobsOperator(BaseOperator):
             if job.created_at and (now - job.created_at).total_seconds() < self.min_age:
                 report.append({"job_id": job.id, "task": task, "decision": "keep", "reason": "too young"})
                 continue
-            decision = reaper_decision(
-                task_instance_state(identity), current_job_id(identity), job.id, identity.try_number
-            )
+            decision = reaper_decision(task_instance_state(identity), current_job_id(identity), job.id)
             report.append(
                 {
                     "job_id": job.id,
@@ -82,10 +91,8 @@ class ReapOrphanedTrainingJobsOperator(BaseOperator):
                 "Job %s (%s): %s → %s", job.id, task, decision.reason, "cancel" if decision.cancel else "keep"
             )
             if decision.cancel and not self.dry_run:
-                result, final = hook.cancel_and_confirm(
-                    job.id,
-                    CancelRequest(reason=f"orphaned: {decision.reason}", create_final_checkpoint=True),
-                    timeout=self.confirm_cancel_timeout,
-                )
+                policy = self.cancel_policy
+                request = policy.request(f"orphaned: {decision.reason}")
+                result, final = hook.cancel_and_confirm(job.id, request, timeout=policy.confirm_timeout)
                 log_cancel(self.log, result, final)
         return report

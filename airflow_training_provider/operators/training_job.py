@@ -1,38 +1,40 @@
 """Operators: submit a training job (and wait for it), cancel one.
 
 The submit operator's path: render + validate the spec → find an earlier try's job (re-attach,
-adopt, or cancel it after a clear) or submit one tagged with the task instance → job id to XCom and
-the task state store → one status check → wait (deferred, or on the worker) → the final job as the
-return value, or a failure that says why.
+adopt, or cancel it after a clear, as the cancel policy says) or submit one tagged with the task
+instance → job id to XCom and the task state store → one status check → wait (deferred, or on the
+worker) → the final job as the return value, or a failure that says why.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.configuration import conf
+from pydantic import BaseModel
 
+from airflow_training_provider.cancellation import CancelPolicy, EarlierJob, GiveUp, Seconds, is_retry
 from airflow_training_provider.errors import JobNotFoundError
 from airflow_training_provider.hooks.training import TrainingPlatformHook
 from airflow_training_provider.identity import TaskIdentity
-from airflow_training_provider.kill_decisions import is_retry
-from airflow_training_provider.models import CancelRequest, JobState, TrainingJob
-from airflow_training_provider.operators._waiting import (
+from airflow_training_provider.job_task import (
+    CONFIRM_TIMEOUT_PARAMETER,
     STATE_STORE_KEY,
     LostContactWithPlatform,
     TrainingJobCancelledByAirflow,
     TrainingJobFailed,
-    TrainingJobWaitMixin,
+    TrainingJobTaskMixin,
     job_outcome,
     log_cancel,
+    parameters,
 )
-from airflow_training_provider.progress import describe
+from airflow_training_provider.lifecycle.operations import is_stopping_or_terminal, is_terminal
+from airflow_training_provider.lifecycle.waiting import Polling
+from airflow_training_provider.models import Checkpoint, JobState, TrainingJob
 from airflow_training_provider.task_instance_lookup import JOB_ID_XCOM_KEY
-
-#: seconds a try started by a clear waits for the old trigger's on_kill to cancel the old job.
-CLEAR_GRACE_SECONDS = 10.0
 
 __all__ = [
     "CancelTrainingJobOperator",
@@ -44,17 +46,18 @@ __all__ = [
 ]
 
 
-class SubmitTrainingJobOperator(TrainingJobWaitMixin, BaseOperator):
+class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
     """Submit a training job and (by default) wait for it to end.
 
-    :param conn_id: connection of the platform; its type (``tensorone``...) picks the wire format.
-    :param spec: the platform's create-job body (templated). TensorOne: ``name``, ``datasetId``,
-        ``config`` ... (platforms.md §1.3). Validated before submit; a bad field fails the task with
-        :class:`~airflow_training_provider.errors.InvalidJobSpecError` naming it.
+    :param conn_id: connection of the platform; its type (``tensorone``, ``together``...) picks the
+        wire format.
+    :param spec: the platform's create-job body (templated), e.g. TensorOne's ``name``,
+        ``datasetId``, ``config`` (``docs/platforms/``). Validated before submit; a bad field fails
+        the task with :class:`~airflow_training_provider.errors.InvalidJobSpecError` naming it.
     :param wait_for_completion: wait for a terminal state; if ``False`` return right after submit.
     :param deferrable: wait in the triggerer, freeing the worker slot (default
         ``[operators] default_deferrable``).
-    :param poll_interval: seconds between status polls.
+    :param poll_interval: seconds (or a ``timedelta``) between status polls.
     :param outage_budget: seconds of failed polls tolerated before the task fails with "lost
         contact" (the job is never cancelled for that; the retry re-attaches).
     :param cancel_on_kill: cancel the job when Airflow gives up on the task.
@@ -72,6 +75,8 @@ class SubmitTrainingJobOperator(TrainingJobWaitMixin, BaseOperator):
         runs out the job is cancelled and the task fails. ``execution_timeout`` is enforced too,
         deferred or not.
 
+    Bad parameter values raise ``ValueError`` naming the parameter when the DAG is parsed.
+
     XCom: ``job_id`` and ``console_url`` right after submit (before waiting); ``cancel_result``
     when this task cancelled the job. Return value: the final job
     (:class:`~airflow_training_provider.models.TrainingJob` as JSON). The job id is also kept in
@@ -85,39 +90,48 @@ class SubmitTrainingJobOperator(TrainingJobWaitMixin, BaseOperator):
     def __init__(
         self,
         *,
-        conn_id: str = TrainingPlatformHook.default_conn_name,
+        conn_id: str,
         spec: dict[str, Any],
         wait_for_completion: bool = True,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
-        poll_interval: float = 30.0,
-        outage_budget: float = 600.0,
+        poll_interval: float | timedelta = 30.0,
+        outage_budget: float | timedelta = 600.0,
         cancel_on_kill: bool = True,
         cancel_on_mark_success: bool = False,
         reattach_on_clear: bool = False,
         preserve_checkpoints: bool = True,
         create_final_checkpoint: bool = True,
-        confirm_cancel_timeout: float = 60.0,
-        defer_timeout: float | None = None,
+        confirm_cancel_timeout: float | timedelta = 60.0,
+        defer_timeout: float | timedelta | None = None,
         resume_from_checkpoint: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        owner = f"{type(self).__name__}({self.task_id})"
         self.conn_id = conn_id
         self.spec = spec
-        self.defer_timeout = defer_timeout
-        self.resume_from_checkpoint = resume_from_checkpoint
-        self._resume_from: tuple[str, Any] | None = None
         self.wait_for_completion = wait_for_completion
         self.deferrable = deferrable
-        self.poll_interval = poll_interval
-        self.outage_budget = outage_budget
-        self.cancel_on_kill = cancel_on_kill
-        self.cancel_on_mark_success = cancel_on_mark_success
-        self.reattach_on_clear = reattach_on_clear
-        self.preserve_checkpoints = preserve_checkpoints
-        self.create_final_checkpoint = create_final_checkpoint
-        self.confirm_cancel_timeout = confirm_cancel_timeout
-        self._init_wait_state()
+        self.resume_from_checkpoint = resume_from_checkpoint
+        self.polling = parameters(Polling, owner, poll_interval=poll_interval, outage_budget=outage_budget)
+        self.cancel_policy = parameters(
+            CancelPolicy,
+            owner,
+            CONFIRM_TIMEOUT_PARAMETER,
+            cancel_on_kill=cancel_on_kill,
+            cancel_on_mark_success=cancel_on_mark_success,
+            reattach_on_clear=reattach_on_clear,
+            preserve_checkpoints=preserve_checkpoints,
+            create_final_checkpoint=create_final_checkpoint,
+            confirm_timeout=confirm_cancel_timeout,
+        )
+        self.defer_timeout = (
+            None
+            if defer_timeout is None
+            else parameters(_Timeout, owner, defer_timeout=defer_timeout).defer_timeout
+        )
+        self._resume_from: tuple[str, Checkpoint] | None = None
+        self._init_job_task()
 
     def execute(self, context: Any) -> dict[str, Any]:
         deadline = self.deadline_from_now()
@@ -133,15 +147,11 @@ class SubmitTrainingJobOperator(TrainingJobWaitMixin, BaseOperator):
         self.remember(context, identity, job)
         if not self.wait_for_completion:
             return job.model_dump(mode="json")
-
-        job = hook.get_job(job.id, budget=self.outage_budget)  # one check: no deferral for a job that ended
-        if job.is_terminal:
-            job = hook.final_view(job)
-            self.log.info("Training job %s", describe(job))
-            return job_outcome(job)
-        if self.deferrable:
-            self.defer_on(job, context, deadline)
-        return job_outcome(self.wait_on_worker(job, context))
+        job = hook.get_job(job.id, budget=self.polling.outage_budget)
+        ended = self.finish_if_ended(job)
+        if ended is not None:
+            return ended
+        return self.wait_for(job, context, deadline)
 
     def remember(self, context: Any, identity: TaskIdentity, job: TrainingJob) -> None:
         """Publish the job before waiting: XCom (this try) and the task state store (next tries)."""
@@ -157,50 +167,60 @@ class SubmitTrainingJobOperator(TrainingJobWaitMixin, BaseOperator):
             )
 
     def previous_job_to_resume(self, context: Any, identity: TaskIdentity) -> TrainingJob | None:
-        """What to do with an earlier try's job, if one exists.
-
-        * retry (or worker crash): running → re-attach; succeeded → adopt its result;
-          failed / cancelled / unknown → ``None`` (submit afresh);
-        * first try after a clear: running → cancel it (confirmed) and submit afresh, unless
-          ``reattach_on_clear`` — then re-attach to it.
-        """
+        """The earlier try's job to wait on (re-attach) or to take the result of (adopt), if any;
+        otherwise ``None`` after dealing with it as the cancel policy says
+        (:meth:`CancelPolicy.earlier_job`)."""
         previous_id = self._previous_job_id(context, identity)
         if previous_id is None:
             return None
         try:
-            job = self.hook.get_job(previous_id, budget=self.outage_budget)
+            job = self.hook.get_job(previous_id, budget=self.polling.outage_budget)
         except JobNotFoundError:
             return None
         ti = context["ti"]
         retry = is_retry(ti.try_number, ti.max_tries, self.retries or 0)
-        if retry or self.reattach_on_clear:
-            if not job.is_terminal:
-                self.log.info(
-                    "Re-attaching to training job %s of an earlier try (%s)", job.id, job.state.value
-                )
-                return job
-            if job.state is JobState.SUCCEEDED and retry:
-                self.log.info("Training job %s of an earlier try already succeeded: adopting it", job.id)
-                return job
-            if retry and self.resume_from_checkpoint:
-                self._remember_resume_point(job)
-            return None
-        if not job.is_terminal:
+        action = self.cancel_policy.earlier_job(job, retry)
+        if action is EarlierJob.CANCEL_THEN_SUBMIT:
             job = self._await_cancel_by_old_trigger(job)
-        if not job.is_terminal:
+            if job.is_terminal:
+                action = EarlierJob.SUBMIT
+        if action is EarlierJob.REATTACH:
+            self.log.info("Re-attaching to training job %s of an earlier try (%s)", job.id, job.state.value)
+            return job
+        if action is EarlierJob.ADOPT:
+            self.log.info("Training job %s of an earlier try already succeeded: adopting it", job.id)
+            return job
+        if action is EarlierJob.CANCEL_THEN_SUBMIT:
             self.log.warning("Task was cleared: cancelling training job %s of an earlier try first", job.id)
-            self.cancel_and_report(job.id, "Airflow task was cleared; a new try starts")
+            self.cancel_and_report(job.id, GiveUp.CLEARED.value)
+        elif action is EarlierJob.LEAVE_THEN_SUBMIT:
+            self.log.warning(
+                "Task was cleared: training job %s of an earlier try keeps running (cancel_on_kill is off)",
+                job.id,
+            )
+        elif retry and self.resume_from_checkpoint and job.state in (JobState.FAILED, JobState.CANCELLED):
+            self._remember_resume_point(job)
         return None
 
     def _await_cancel_by_old_trigger(self, job: TrainingJob) -> TrainingJob:
         """After a clear the old try's trigger cancels its job a few seconds later (its ``on_kill``).
         Give it that time, so the job is cancelled once; the caller cancels if nobody did."""
-        hook, budget = self.hook, self.outage_budget
+        hook, polling = self.hook, self.polling
         job = hook.wait_until(
-            job.id, lambda j: j.state is JobState.STOPPING or j.is_terminal, CLEAR_GRACE_SECONDS, 1.0, budget
+            job.id,
+            is_stopping_or_terminal,
+            polling.clear_grace,
+            polling.confirm_interval,
+            polling.outage_budget,
         )
         if job.state is JobState.STOPPING:
-            job = hook.wait_until(job.id, lambda j: j.is_terminal, self.confirm_cancel_timeout, 1.0, budget)
+            job = hook.wait_until(
+                job.id,
+                is_terminal,
+                self.cancel_policy.confirm_timeout,
+                polling.confirm_interval,
+                polling.outage_budget,
+            )
         if job.is_terminal:
             self.log.info("Training job %s of the earlier try ended %s", job.id, job.state.value)
         return job
@@ -233,7 +253,7 @@ class CancelTrainingJobOperator(BaseOperator):
     :param preserve_checkpoints: keep checkpoints (platforms with that flag).
     :param create_final_checkpoint: save a final checkpoint first (platforms that can).
     :param force: stop at once; may lose data.
-    :param confirm_timeout: seconds to wait for a terminal state.
+    :param confirm_timeout: seconds (or a ``timedelta``) to wait for a terminal state.
 
     Returns the :class:`~airflow_training_provider.models.CancelResult` as JSON. Cancelling a job
     that already ended is not an error (``already_terminal: true``).
@@ -245,31 +265,37 @@ class CancelTrainingJobOperator(BaseOperator):
         self,
         *,
         job_id: str,
-        conn_id: str = TrainingPlatformHook.default_conn_name,
+        conn_id: str,
         reason: str = "cancelled by Airflow",
         preserve_checkpoints: bool = True,
         create_final_checkpoint: bool = True,
         force: bool = False,
-        confirm_timeout: float = 120.0,
+        confirm_timeout: float | timedelta = 120.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.job_id = job_id
         self.conn_id = conn_id
         self.reason = reason
-        self.preserve_checkpoints = preserve_checkpoints
-        self.create_final_checkpoint = create_final_checkpoint
         self.force = force
-        self.confirm_timeout = confirm_timeout
+        self.cancel_policy = parameters(
+            CancelPolicy,
+            f"{type(self).__name__}({self.task_id})",
+            preserve_checkpoints=preserve_checkpoints,
+            create_final_checkpoint=create_final_checkpoint,
+            confirm_timeout=confirm_timeout,
+        )
 
     def execute(self, context: Any) -> dict[str, Any]:
         hook = TrainingPlatformHook(self.conn_id)
-        request = CancelRequest(
-            reason=self.reason,
-            preserve_checkpoints=self.preserve_checkpoints,
-            create_final_checkpoint=self.create_final_checkpoint,
-            force=self.force,
-        )
-        result, job = hook.cancel_and_confirm(self.job_id, request, timeout=self.confirm_timeout)
+        policy = self.cancel_policy
+        request = policy.request(self.reason, force=self.force)
+        result, job = hook.cancel_and_confirm(self.job_id, request, timeout=policy.confirm_timeout)
         log_cancel(self.log, result, job)
         return result.model_dump(mode="json")
+
+
+class _Timeout(BaseModel):
+    """The ``defer_timeout`` parameter, checked like the others."""
+
+    defer_timeout: Seconds

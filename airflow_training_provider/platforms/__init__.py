@@ -1,25 +1,48 @@
-"""Platform dialects, one module per platform, looked up by Airflow connection type."""
+"""The platforms this provider supports, one module each (descriptor + dialect), looked up by
+Airflow connection type. Adding a platform adds its module to :data:`PLATFORMS` (docs/adding-a-platform.md)."""
 
 from __future__ import annotations
 
-from airflow_training_provider.platforms.base import ApiRequest, Capabilities, Credentials, Dialect
-from airflow_training_provider.platforms.tensorone import TensorOneDialect
-from airflow_training_provider.platforms.together import TogetherDialect
+from airflow_training_provider.platforms import tensorone, together
+from airflow_training_provider.platforms.base import (
+    ApiRequest,
+    Capabilities,
+    Credentials,
+    Dialect,
+    HttpRequest,
+)
+from airflow_training_provider.platforms.descriptor import PlatformDescriptor
 
-DIALECTS: dict[str, type[Dialect]] = {d.conn_type: d for d in (TensorOneDialect, TogetherDialect)}
+PLATFORMS: dict[str, PlatformDescriptor] = {p.conn_type: p for p in (tensorone.PLATFORM, together.PLATFORM)}
+"""Connection type → platform descriptor."""
 
 
-def get_dialect(conn_type: str) -> Dialect:
-    """The dialect for an Airflow connection type (``"tensorone"``, ``"together"``).
+def get_platform(conn_type: str) -> PlatformDescriptor:
+    """The platform served by Airflow connection type ``conn_type`` (``"tensorone"``, ``"together"``...).
 
-    :raises ValueError: if no dialect serves that connection type.
+    :raises ValueError: if no platform uses that connection type.
     """
     try:
-        return DIALECTS[conn_type]()
+        return PLATFORMS[conn_type]
     except KeyError:
         raise ValueError(
-            f"Connection type {conn_type!r} is not a training platform; expected one of {sorted(DIALECTS)}"
+            f"Connection type {conn_type!r} is not a training platform; expected one of {sorted(PLATFORMS)}"
         ) from None
 
 
-__all__ = ["ApiRequest", "Capabilities", "Credentials", "Dialect", "DIALECTS", "get_dialect"]
+def get_dialect(conn_type: str) -> Dialect:
+    """A new dialect for connection type ``conn_type``. :raises ValueError: unknown type."""
+    return get_platform(conn_type).dialect()
+
+
+__all__ = [
+    "PLATFORMS",
+    "ApiRequest",
+    "Capabilities",
+    "Credentials",
+    "Dialect",
+    "HttpRequest",
+    "PlatformDescriptor",
+    "get_dialect",
+    "get_platform",
+]

@@ -1,16 +1,25 @@
-"""What every platform dialect provides: pure translation, no I/O.
+"""What every platform provides: a descriptor (who it is, how its connection looks) and a dialect
+(its wire format, pure translation, no I/O).
 
 A dialect turns intentions (create this spec, get that job, cancel it) into :class:`ApiRequest`
-values and turns response bodies into the normalized models of :mod:`airflow_training_provider.models`.
-The sync hook, the async hook, the tests and the docs all use the same dialect object; HTTP,
-retries, polling and Airflow glue never branch on the platform, they ask :class:`Capabilities`.
+values, authenticates a fully prepared :class:`HttpRequest`, and turns answers into the normalized
+models of :mod:`airflow_training_provider.models` or into the provider's error kinds. The sync hook,
+the async hook, the tests and the docs all use the same dialect object; HTTP, retries, polling and
+Airflow glue never branch on the platform, they ask :class:`Capabilities`.
+
+See ``docs/architecture.md`` for how the pieces fit and ``docs/adding-a-platform.md`` for a new one.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import time
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
+from email.utils import parsedate_to_datetime
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ValidationError
@@ -21,6 +30,7 @@ from airflow_training_provider.errors import (
     JobStateConflictError,
     PlatformAuthError,
     TrainingPlatformError,
+    TransientPlatformError,
 )
 from airflow_training_provider.models import (
     CancelRequest,
@@ -33,17 +43,70 @@ from airflow_training_provider.models import (
 
 log = logging.getLogger(__name__)
 
+#: HTTP statuses that say nothing about the request itself: retry with backoff.
+TRANSIENT_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
+#: answers that prove the platform did not act on the request, so even a create may be re-sent.
+NOT_PROCESSED_STATUSES = frozenset({429, 503})
+
+
+def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
+    """``Retry-After`` as seconds (delta-seconds or HTTP date); ``None`` when absent or unreadable."""
+    value = headers.get("Retry-After") or headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError):
+        return None
+
 
 @dataclass(frozen=True)
 class ApiRequest:
-    """One HTTP call, described: method, path (relative to the connection's base URL), JSON body,
-    query parameters. ``idempotent`` says whether it may be re-sent after it may have landed."""
+    """One platform call, described by a dialect.
+
+    :ivar method: HTTP method.
+    :ivar path: path relative to the connection's base URL (``/v2/training/jobs``; ``/`` for an
+        RPC-style API such as AWS's).
+    :ivar body: JSON-serializable body, or ``None``; serialized once, to bytes, by the transport
+        (:meth:`Dialect.encode_body`) before the request is authenticated.
+    :ivar params: query parameters (a mapping or a list of pairs for repeated keys).
+    :ivar headers: headers the platform's protocol needs (e.g. ``X-Amz-Target``).
+    :ivar content_type: ``Content-Type`` of the body.
+    :ivar idempotent: whether the call may be re-sent after it may have landed (a create usually not).
+    :ivar budget: seconds to keep retrying transient failures (an outage budget) instead of a fixed
+        number of attempts; set by the job lifecycle, not by dialects.
+    """
 
     method: str
     path: str
-    json: dict[str, Any] | None = None
-    params: dict[str, Any] | list[tuple[str, Any]] | None = None
+    body: Any = None
+    params: Mapping[str, Any] | list[tuple[str, Any]] | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    content_type: str = "application/json"
     idempotent: bool = True
+    budget: float | None = None
+
+
+@dataclass
+class HttpRequest:
+    """A request exactly as it goes on the wire: what a signature covers.
+
+    :ivar method: HTTP method.
+    :ivar url: absolute URL, query string included (``https://host/v2/x?a=1``).
+    :ivar headers: every header sent, authentication added by :meth:`Dialect.authenticate`.
+    :ivar body: the body bytes (``b""`` when there is none).
+    :ivar timestamp: UTC time the request is prepared and signed.
+    """
+
+    method: str
+    url: str
+    headers: dict[str, str]
+    body: bytes
+    timestamp: datetime
 
 
 @dataclass(frozen=True)
@@ -67,23 +130,42 @@ class Capabilities:
 
 @dataclass(frozen=True)
 class Credentials:
-    """What a dialect may use to authenticate: the connection's login, password and extras."""
+    """What a dialect may use to authenticate, read from the connection by its platform descriptor.
 
-    login: str | None = None
-    password: str | None = field(default=None, repr=False)
-    extra: dict[str, Any] = field(default_factory=dict)
+    Secrets are kept out of ``repr``. A platform uses the fields it needs:
+
+    :ivar api_key: bearer-style API key (TensorOne, Together).
+    :ivar access_key_id: access key id of a signed cloud API (AWS, Huawei, Alibaba).
+    :ivar secret_access_key: the matching secret.
+    :ivar session_token: temporary-credential token (STS), when there is one.
+    :ivar region: cloud region, e.g. ``us-east-1``.
+    :ivar project: project or workspace id the API's paths or headers carry.
+    """
+
+    api_key: str | None = field(default=None, repr=False)
+    access_key_id: str | None = None
+    secret_access_key: str | None = field(default=None, repr=False)
+    session_token: str | None = field(default=None, repr=False)
+    region: str | None = None
+    project: str | None = None
 
 
 class Dialect(ABC):
-    """A platform's wire format. Subclasses set ``name``, ``status_map``, ``capabilities``."""
+    """A platform's wire format. Subclasses set ``name``, ``status_map``, ``capabilities``, ``spec_model``."""
 
     name: ClassVar[str]
-    conn_type: ClassVar[str]
-    default_base_url: ClassVar[str]
     status_map: ClassVar[dict[str, JobState]]
     capabilities: ClassVar[Capabilities] = Capabilities()
     #: model used to validate a job spec before submit (extra fields allowed).
     spec_model: ClassVar[type[BaseModel]]
+
+    _unknown_statuses_logged: ClassVar[set[tuple[str, str]]] = set()
+    _status_by_folded_name: ClassVar[dict[str, JobState]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "status_map" in cls.__dict__:
+            cls._status_by_folded_name = {k.strip().lower(): v for k, v in cls.status_map.items()}
 
     # -- spec ---------------------------------------------------------------------------------
     def validate_spec(self, spec: dict[str, Any]) -> dict[str, Any]:
@@ -105,6 +187,11 @@ class Dialect(ABC):
     def with_tags(self, spec: dict[str, Any], tags: list[str]) -> dict[str, Any]:
         """Return a copy of ``spec`` carrying the identity ``tags`` where the platform keeps them."""
 
+    def resume_spec(self, spec: dict[str, Any], job_id: str, checkpoint: Checkpoint) -> dict[str, Any] | None:
+        """``spec`` changed to start from ``checkpoint`` of job ``job_id``; ``None`` if the platform
+        cannot resume from a checkpoint."""
+        return None
+
     # -- requests -----------------------------------------------------------------------------
     @abstractmethod
     def create_request(self, spec: dict[str, Any]) -> ApiRequest: ...
@@ -125,9 +212,20 @@ class Dialect(ABC):
     def events_request(self, job_id: str) -> ApiRequest | None:
         return None
 
-    @abstractmethod
-    def auth_headers(self, request: ApiRequest, credentials: Credentials) -> dict[str, str]:
-        """Headers that authenticate ``request`` (bearer token, signature...)."""
+    def encode_body(self, request: ApiRequest) -> bytes:
+        """The body bytes sent (and signed): compact JSON by default, ``b""`` for no body."""
+        if request.body is None:
+            return b""
+        return json.dumps(request.body, separators=(",", ":")).encode()
+
+    def authenticate(self, request: HttpRequest, credentials: Credentials) -> dict[str, str]:
+        """Headers that authenticate ``request`` (bearer token by default).
+
+        ``request`` is final: method, absolute URL with its query, every header and the body bytes
+        and the signing time are all there, so a signature (AWS SigV4, Huawei SDK-HMAC-SHA256,
+        Alibaba ACS3-HMAC-SHA256) can cover them.
+        """
+        return {"Authorization": f"Bearer {credentials.api_key or ''}"}
 
     # -- responses ----------------------------------------------------------------------------
     @abstractmethod
@@ -154,19 +252,32 @@ class Dialect(ABC):
         errors = [e for e in events if e.level.lower() in {"error", "legacy_ierror"}]
         return errors[-1] if errors else None
 
-    def resume_spec(self, spec: dict[str, Any], job_id: str, checkpoint: Checkpoint) -> dict[str, Any] | None:
-        """``spec`` changed to start from ``checkpoint`` of job ``job_id``; ``None`` if the platform
-        cannot resume from a checkpoint."""
-        return None
-
     def error_fields(self, body: Any) -> tuple[str | None, str | None, str | None]:
         """``(code, message, request_id)`` from an error body; override per platform."""
         return None, None, None
 
-    def parse_error(self, status: int, body: Any, text: str = "") -> TrainingPlatformError:
-        """Map a non-2xx, non-transient answer to the provider's error types."""
+    def classify_error(
+        self, status: int, headers: Mapping[str, str], body: Any, text: str = ""
+    ) -> TrainingPlatformError:
+        """The error a non-2xx answer means, by kind: transient (retry with backoff), auth, not
+        found, state conflict, or a definite refusal (base class).
+
+        The default decides by HTTP status: 408/425/429/5xx are transient (429 and 503 prove the
+        request was not processed), 401/403 auth, 404 not found, 409 conflict. Platforms whose
+        errors do not follow HTTP semantics (AWS answers throttling and "not found" with 400)
+        override this.
+        """
         code, message, request_id = self.error_fields(body)
         message = message or text[:500] or f"HTTP {status}"
+        if status in TRANSIENT_STATUSES:
+            return TransientPlatformError(
+                message,
+                status=status,
+                code=code,
+                request_id=request_id,
+                retry_after=retry_after_seconds(headers),
+                sent=status not in NOT_PROCESSED_STATUSES,
+            )
         cls = {
             401: PlatformAuthError,
             403: PlatformAuthError,
@@ -176,11 +287,17 @@ class Dialect(ABC):
         return cls(message, status=status, code=code, request_id=request_id)
 
     def map_status(self, raw: str | None) -> JobState:
-        """Platform status → :class:`JobState`. Unknown values are logged and count as running:
-        polling goes on rather than crashing or ending the task on a status we have not met."""
-        state = self.status_map.get(raw or "")
+        """Platform status → :class:`JobState`, ignoring case and surrounding spaces.
+
+        Unknown values count as running (polling goes on rather than crashing or ending the task on
+        a status we have not met) and are logged once per dialect and value, not on every poll."""
+        value = (raw or "").strip()
+        state = self.status_map.get(value) or self._status_by_folded_name.get(value.lower())
         if state is None:
-            log.warning("%s: unknown job status %r, treating it as running", self.name, raw)
+            key = (self.name, value)
+            if key not in Dialect._unknown_statuses_logged:
+                Dialect._unknown_statuses_logged.add(key)
+                log.warning("%s: unknown job status %r, treating it as running", self.name, raw)
             return JobState.RUNNING
         return state
 

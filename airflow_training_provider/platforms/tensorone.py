@@ -1,4 +1,4 @@
-"""TensorOne v2 training REST API dialect (``shared/reference/platforms.md`` §1).
+"""TensorOne v2 training REST API: descriptor and dialect (``docs/platforms/tensorone.md``).
 
 Endpoints: create ``POST /v2/training/jobs``, get ``GET /v2/training/jobs/{id}``, cancel
 ``POST /v2/training/jobs/{id}/cancel``, checkpoints ``GET /v2/training/jobs/{id}/checkpoints``,
@@ -25,9 +25,10 @@ from airflow_training_provider.models import (
     Progress,
     TrainingJob,
 )
-from airflow_training_provider.platforms.base import ApiRequest, Capabilities, Credentials, Dialect
+from airflow_training_provider.platforms.base import ApiRequest, Capabilities, Dialect
+from airflow_training_provider.platforms.descriptor import PlatformDescriptor
 
-# -- wire models: responses (§1.3, §1.4, §1.6) ---------------------------------------------------
+# -- wire models: responses (docs/platforms/tensorone.md: create, get, cancel) ---------------------------------------------------
 
 
 class _Wire(BaseModel):
@@ -69,7 +70,7 @@ class WireTimestamps(_Wire):
 
 
 class WireJob(_Wire):
-    """``GET /v2/training/jobs/{jobId}`` (§1.4); also the create response (§1.3), which is a subset."""
+    """``GET /v2/training/jobs/{jobId}``; also the create response, which is a subset."""
 
     jobId: str
     name: str | None = None
@@ -82,7 +83,7 @@ class WireJob(_Wire):
     timestamps: WireTimestamps | None = None
     createdAt: datetime | None = None
     tags: list[str] = Field(default_factory=list)
-    # No failure field is documented (§1.4); surface these when present.
+    # No failure field is documented; surface these when present.
     error: str | dict[str, Any] | None = None
     message: str | None = None
     consoleUrl: str | None = None
@@ -103,7 +104,7 @@ class WireCostSummary(_Wire):
 
 
 class WireCancelResponse(_Wire):
-    """``POST /v2/training/jobs/{jobId}/cancel`` answer (§1.6)."""
+    """``POST /v2/training/jobs/{jobId}/cancel`` answer."""
 
     jobId: str
     status: str
@@ -123,7 +124,7 @@ class WireJobList(_Wire):
 
 
 class WireErrorEnvelope(_Wire):
-    """Error envelope of every endpoint (§1.7)."""
+    """Error envelope of every endpoint."""
 
     error: str | None = None
     message: str | None = None
@@ -132,7 +133,7 @@ class WireErrorEnvelope(_Wire):
     request_id: str | None = None
 
 
-# -- spec validation: both documented create shapes (§1.3) ----------------------------------------
+# -- spec validation: both documented create shapes ----------------------------------------
 
 
 class _TrainingParams(_Wire):
@@ -166,7 +167,7 @@ class _DatasetConfig(_Wire):
 
 
 class TensorOneJobSpec(_Wire):
-    """A TensorOne create-job body, either the prose shape or the OpenAPI shape (§1.3)."""
+    """A TensorOne create-job body, either the prose shape or the OpenAPI shape."""
 
     name: str = Field(min_length=1, max_length=100)
     description: str | None = None
@@ -216,11 +217,9 @@ def _numeric_metrics(raw: dict[str, Any] | None) -> dict[str, float]:
 
 
 class TensorOneDialect(Dialect):
-    """TensorOne v2 training jobs. Statuses per §1.5; ``paused`` is non-terminal (running)."""
+    """TensorOne v2 training jobs. ``paused`` is non-terminal (running)."""
 
     name = "tensorone"
-    conn_type = "tensorone"
-    default_base_url = "https://api.tensorone.ai"
     spec_model = TensorOneJobSpec
     capabilities = Capabilities(
         final_checkpoint_on_cancel=True, preserve_checkpoints_flag=True, events=False, list_jobs=True
@@ -250,12 +249,12 @@ class TensorOneDialect(Dialect):
         return {**spec, "tags": own + list(tags)}
 
     def resume_spec(self, spec: dict[str, Any], job_id: str, checkpoint: Checkpoint) -> dict[str, Any]:
-        # No resume field is documented (§1.3); the local platform reads config.resumeFromCheckpoint.
+        # No resume field is documented; the local platform reads config.resumeFromCheckpoint.
         config = {**(spec.get("config") or {}), "resumeFromCheckpoint": f"{job_id}/{checkpoint.id}"}
         return {**spec, "config": config}
 
     def create_request(self, spec: dict[str, Any]) -> ApiRequest:
-        return ApiRequest("POST", "/v2/training/jobs", json=spec, idempotent=False)
+        return ApiRequest("POST", "/v2/training/jobs", body=spec, idempotent=False)
 
     def get_request(self, job_id: str) -> ApiRequest:
         return ApiRequest("GET", f"/v2/training/jobs/{job_id}", params={"includeMetrics": "true"})
@@ -267,7 +266,7 @@ class TensorOneDialect(Dialect):
             "createFinalCheckpoint": cancel.create_final_checkpoint,
             "force": cancel.force,
         }
-        return ApiRequest("POST", f"/v2/training/jobs/{job_id}/cancel", json=body)
+        return ApiRequest("POST", f"/v2/training/jobs/{job_id}/cancel", body=body)
 
     def checkpoints_request(self, job_id: str) -> ApiRequest:
         return ApiRequest(
@@ -278,9 +277,6 @@ class TensorOneDialect(Dialect):
 
     def list_request(self, tags: list[str]) -> ApiRequest:
         return ApiRequest("GET", "/v2/training/jobs", params=[("tag", t) for t in tags] + [("limit", 100)])
-
-    def auth_headers(self, request: ApiRequest, credentials: Credentials) -> dict[str, str]:
-        return {"Authorization": f"Bearer {credentials.password or ''}"}
 
     def console_url(self, base_url: str, job_id: str) -> str:
         return f"{base_url.rstrip('/')}/v2/training/jobs/{job_id}"
@@ -368,3 +364,14 @@ class TensorOneDialect(Dialect):
             return None, None, None
         env = WireErrorEnvelope.model_validate(body)
         return env.error, env.message, env.request_id
+
+
+PLATFORM = PlatformDescriptor(
+    conn_type="tensorone",
+    display_name="TensorOne",
+    class_name="TensorOne",
+    dialect=TensorOneDialect,
+    default_base_url="https://api.tensorone.ai",
+    docs_url="https://docs.tensorone.ai",
+    placeholders={"api_key": "tpo_live_..."},
+)

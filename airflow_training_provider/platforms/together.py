@@ -1,4 +1,4 @@
-"""Together AI fine-tuning REST API dialect (``shared/reference/platforms.md`` §3).
+"""Together AI fine-tuning REST API: descriptor and dialect (``docs/platforms/together.md``).
 
 Endpoints (all under the base URL, default ``https://api.together.ai``; Bearer auth):
 create ``POST /v1/fine-tunes`` (not idempotent: every POST is a new job), get ``GET /v1/fine-tunes/{id}``,
@@ -16,7 +16,7 @@ job object, and :meth:`TogetherDialect.parse_job` reads it back from there. ``li
 the tags as repeated ``x_airflow_tag`` query parameters (the local platform filters on them; the real
 API ignores them), and :meth:`TogetherDialect.parse_list` only returns jobs that carry tags.
 
-Failure reasons. The job object has no error field (§3.8): the reason is an event.
+Failure reasons. The job object has no error field: the reason is an event.
 :meth:`TogetherDialect.decisive_event` picks it, and :meth:`TogetherDialect.parse_job` uses it as the
 job's ``message`` when the job object embeds its events.
 """
@@ -24,6 +24,7 @@ job's ``message`` when the job object embeds its events.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -40,7 +41,8 @@ from airflow_training_provider.models import (
     Progress,
     TrainingJob,
 )
-from airflow_training_provider.platforms.base import ApiRequest, Capabilities, Credentials, Dialect
+from airflow_training_provider.platforms.base import ApiRequest, Capabilities, Dialect
+from airflow_training_provider.platforms.descriptor import PlatformDescriptor
 
 TAGS_KEY = "x_airflow_tags"
 """Create-body / job-object extension key carrying the identity tags (not a Together field)."""
@@ -50,7 +52,7 @@ TAG_QUERY_PARAM = "x_airflow_tag"
 
 PATH = "/v1/fine-tunes"
 
-# -- wire models: responses (§3.4, §3.6, §3.7, §3.8) ----------------------------------------------
+# -- wire models: responses (docs/platforms/together.md) ----------------------------------------------
 
 
 class _Wire(BaseModel):
@@ -63,7 +65,7 @@ class WireProgress(_Wire):
 
 
 class WireEvent(_Wire):
-    """One fine-tune event (§3.6). ``type`` and ``level`` come in lower or upper case."""
+    """One fine-tune event. ``type`` and ``level`` come in lower or upper case."""
 
     object: str | None = None
     created_at: datetime | None = None
@@ -85,7 +87,7 @@ class WireJobTruncated(_Wire):
     user_id: str | None = None
     created_at: datetime | None = None
     updated_at: datetime | None = None
-    started_at: datetime | None = None  # "start of the current stage" (§3.4)
+    started_at: datetime | None = None  # "start of the current stage"
     model: str | None = None
     model_output_name: str | None = None
     model_output_path: str | None = None
@@ -100,7 +102,7 @@ class WireJobTruncated(_Wire):
 
 
 class WireJob(WireJobTruncated):
-    """``GET /v1/fine-tunes/{id}`` (§3.4)."""
+    """``GET /v1/fine-tunes/{id}``."""
 
     progress: WireProgress | None = None
     queue_depth: int | None = None
@@ -136,7 +138,7 @@ class WireErrorDetail(_Wire):
 
 class WireError(_Wire):
     """Error body, tolerant: ``{"error": {"message", "type", "code"}}`` (OpenAI style), a plain
-    ``{"message": ...}``, ``{"error": "text"}`` or FastAPI's ``{"detail": ...}`` (§3.8: unconfirmed)."""
+    ``{"message": ...}``, ``{"error": "text"}`` or FastAPI's ``{"detail": ...}`` (the shape is not documented)."""
 
     error: WireErrorDetail | str | None = None
     message: str | None = None
@@ -144,7 +146,7 @@ class WireError(_Wire):
     request_id: str | None = None
 
 
-# -- spec validation: the create body (§3.3) ---------------------------------------------------------
+# -- spec validation: the create body ---------------------------------------------------------
 
 
 class TogetherJobSpec(_Wire):
@@ -279,11 +281,9 @@ def _data(body: Any) -> list[dict[str, Any]]:
 
 
 class TogetherDialect(Dialect):
-    """Together AI fine-tuning jobs. Statuses per §3.5 / §0.1; ``user_error`` is the legacy SDK's."""
+    """Together AI fine-tuning jobs. ``user_error`` is the legacy SDK's status."""
 
     name = "together"
-    conn_type = "together"
-    default_base_url = "https://api.together.ai"
     spec_model = TogetherJobSpec
     capabilities = Capabilities(
         final_checkpoint_on_cancel=False,
@@ -326,7 +326,7 @@ class TogetherDialect(Dialect):
 
     # -- requests -----------------------------------------------------------------------------
     def create_request(self, spec: dict[str, Any]) -> ApiRequest:
-        return ApiRequest("POST", PATH, json=spec, idempotent=False)
+        return ApiRequest("POST", PATH, body=spec, idempotent=False)
 
     def get_request(self, job_id: str) -> ApiRequest:
         return ApiRequest("GET", f"{PATH}/{job_id}")
@@ -343,9 +343,6 @@ class TogetherDialect(Dialect):
 
     def list_request(self, tags: list[str]) -> ApiRequest:
         return ApiRequest("GET", PATH, params=[(TAG_QUERY_PARAM, t) for t in tags] or None)
-
-    def auth_headers(self, request: ApiRequest, credentials: Credentials) -> dict[str, str]:
-        return {"Authorization": f"Bearer {credentials.password or ''}"}
 
     def console_url(self, base_url: str, job_id: str) -> str:
         return f"{base_url.rstrip('/')}{PATH}/{job_id}"
@@ -461,12 +458,25 @@ class TogetherDialect(Dialect):
             message = wire.detail
         return (str(code) if code is not None else None), message, wire.request_id
 
-    def parse_error(self, status: int, body: Any, text: str = "") -> TrainingPlatformError:
+    def classify_error(
+        self, status: int, headers: Mapping[str, str], body: Any, text: str = ""
+    ) -> TrainingPlatformError:
         """As the base class; additionally a 400/422 saying the job cannot be cancelled (already ended)
         is a :class:`JobStateConflictError`, so callers resolve it the way they resolve a 409."""
-        err = super().parse_error(status, body, text)
+        err = super().classify_error(status, headers, body, text)
         if status in (400, 422) and (
             (err.code or "").lower() in _CONFLICT_CODES or _CANCEL_CONFLICT.search(err.message or "")
         ):
             return JobStateConflictError(err.message, status=status, code=err.code, request_id=err.request_id)
         return err
+
+
+PLATFORM = PlatformDescriptor(
+    conn_type="together",
+    display_name="Together AI",
+    class_name="Together",
+    dialect=TogetherDialect,
+    default_base_url="https://api.together.ai",
+    docs_url="https://docs.together.ai/docs/fine-tuning-overview",
+    placeholders={"api_key": "TOGETHER_API_KEY"},
+)

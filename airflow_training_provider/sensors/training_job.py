@@ -3,26 +3,37 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.configuration import conf
 
-from airflow_training_provider.hooks.training import TrainingPlatformHook
-from airflow_training_provider.operators._waiting import TrainingJobWaitMixin, job_outcome
-from airflow_training_provider.progress import ProgressLog, describe
+from airflow_training_provider.cancellation import CancelPolicy
+from airflow_training_provider.job_task import (
+    CONFIRM_TIMEOUT_PARAMETER,
+    TrainingJobTaskMixin,
+    job_outcome,
+    parameters,
+)
+from airflow_training_provider.lifecycle.waiting import Polling
+from airflow_training_provider.progress import JobReport
 
 
-class TrainingJobSensor(TrainingJobWaitMixin, BaseSensorOperator):
+class TrainingJobSensor(TrainingJobTaskMixin, BaseSensorOperator):
     """Wait until training job ``job_id`` ends; succeed if it succeeded, fail otherwise.
 
     :param job_id: the platform's job id (templated).
     :param conn_id: platform connection.
     :param deferrable: wait in the triggerer (default ``[operators] default_deferrable``).
-    :param poll_interval: seconds between polls (also the sensor's ``poke_interval``).
+    :param poll_interval: seconds (or a ``timedelta``) between polls (also the sensor's ``poke_interval``).
     :param outage_budget: seconds of failed polls tolerated before failing with "lost contact".
     :param cancel_on_kill: cancel the job if Airflow gives up on this sensor (default ``False``:
-        the sensor does not own the job).
+        the sensor does not own the job). Honoured on every path: kill, ``execution_timeout``,
+        failed deferral, mark failed.
+    :param preserve_checkpoints: on cancel, keep the job's checkpoints.
+    :param create_final_checkpoint: on cancel, ask for a final checkpoint (where the platform can).
+    :param confirm_cancel_timeout: seconds to wait for the platform to confirm a cancel.
 
     Returns the final job as JSON, like :class:`SubmitTrainingJobOperator`.
     """
@@ -33,46 +44,48 @@ class TrainingJobSensor(TrainingJobWaitMixin, BaseSensorOperator):
         self,
         *,
         job_id: str,
-        conn_id: str = TrainingPlatformHook.default_conn_name,
+        conn_id: str,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
-        poll_interval: float = 30.0,
-        outage_budget: float = 600.0,
+        poll_interval: float | timedelta = 30.0,
+        outage_budget: float | timedelta = 600.0,
         cancel_on_kill: bool = False,
         preserve_checkpoints: bool = True,
         create_final_checkpoint: bool = True,
-        confirm_cancel_timeout: float = 60.0,
+        confirm_cancel_timeout: float | timedelta = 60.0,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("poke_interval", poll_interval)
         super().__init__(**kwargs)
-        self._init_wait_state()
+        owner = f"{type(self).__name__}({self.task_id})"
+        self._init_job_task()
         self.job_id = job_id
         self.conn_id = conn_id
         self.deferrable = deferrable
-        self.poll_interval = poll_interval
-        self.outage_budget = outage_budget
-        self.cancel_on_kill = cancel_on_kill
-        self.cancel_on_mark_success = False
-        self.reattach_on_clear = False
-        self.preserve_checkpoints = preserve_checkpoints
-        self.create_final_checkpoint = create_final_checkpoint
-        self.confirm_cancel_timeout = confirm_cancel_timeout
-        self._progress: ProgressLog | None = None
+        self.polling = parameters(Polling, owner, poll_interval=poll_interval, outage_budget=outage_budget)
+        self.cancel_policy = parameters(
+            CancelPolicy,
+            owner,
+            CONFIRM_TIMEOUT_PARAMETER,
+            cancel_on_kill=cancel_on_kill,
+            preserve_checkpoints=preserve_checkpoints,
+            create_final_checkpoint=create_final_checkpoint,
+            confirm_timeout=confirm_cancel_timeout,
+        )
+        self._report: JobReport | None = None
 
     def execute(self, context: Any) -> Any:
         if not self.deferrable:
             return super().execute(context)
-        job = self.hook.get_job(self.job_id, budget=self.outage_budget)
-        if job.is_terminal:  # one check: no deferral for a job that already ended
-            job = self.hook.final_view(job)
-            self.log.info("Training job %s", describe(job))
-            return job_outcome(job)
+        job = self.hook.get_job(self.job_id, budget=self.polling.outage_budget)
+        ended = self.finish_if_ended(job)
+        if ended is not None:
+            return ended
         self.defer_on(job, context, self.deadline_from_now())
 
     def poke(self, context: Any) -> PokeReturnValue:
-        job = self.hook.get_job(self.job_id, budget=self.outage_budget)
-        self._progress = self._progress or ProgressLog(self.log)
-        self._progress.update(job)
+        job = self.hook.get_job(self.job_id, budget=self.polling.outage_budget)
+        self._report = self._report or JobReport(self.log)
+        self._report.progress(job)
         if not job.is_terminal:
             return PokeReturnValue(is_done=False)
         return PokeReturnValue(is_done=True, xcom_value=job_outcome(self.hook.final_view(job)))

@@ -104,8 +104,10 @@ def test_wrong_api_key_is_refused(monkeypatch, platform):
         "AIRFLOW_CONN_TENSORONE_BADKEY",
         json.dumps({"conn_type": "tensorone", "host": platform.url, "password": "nope"}),
     )
-    with pytest.raises(PlatformAuthError):
+    with pytest.raises(PlatformAuthError) as err:
         TrainingPlatformHook("tensorone_badkey").get_job("job_train_x")
+    assert "connection 'tensorone_badkey'" in str(err.value) and "password" in str(err.value)
+    assert "nope" not in str(err.value)
 
 
 def test_list_jobs_by_tag():

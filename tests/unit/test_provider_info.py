@@ -9,7 +9,11 @@ from airflow_training_provider.hooks.training import TensorOneHook, TogetherHook
 
 
 def test_entry_point_resolves_to_provider_info():
-    (ep,) = [e for e in entry_points(group="apache_airflow_provider") if e.value.startswith("airflow_training_provider")]
+    (ep,) = [
+        e
+        for e in entry_points(group="apache_airflow_provider")
+        if e.value.startswith("airflow_training_provider")
+    ]
     assert ep.load() is get_provider_info
 
 

@@ -1,4 +1,4 @@
-"""The TensorOne dialect against the documented payloads (platforms.md §1). Pure logic, no I/O."""
+"""The TensorOne dialect against the documented payloads (docs/platforms/tensorone.md). Pure logic, no I/O."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from airflow_training_provider.platforms.tensorone import TensorOneDialect, pars
 
 D = TensorOneDialect()
 
-# §1.3 create response, §1.4 get response, §1.6 cancel response: the reference's own examples.
+# The create, get and cancel responses of the vendor documentation (docs/platforms/tensorone.md).
 CREATE_RESPONSE = {
     "jobId": "job_train_demo1",
     "name": "demo-lora-run",
@@ -125,7 +125,7 @@ def test_cancel_request_body_uses_documented_names():
         "job_1", CancelRequest(reason="r", preserve_checkpoints=True, create_final_checkpoint=True)
     )
     assert (req.method, req.path) == ("POST", "/v2/training/jobs/job_1/cancel")
-    assert req.json == {
+    assert req.body == {
         "reason": "r",
         "preserveCheckpoints": True,
         "createFinalCheckpoint": True,
@@ -230,11 +230,13 @@ def test_negative_learning_rate_is_left_to_the_trainer():
 
 def test_error_envelope_maps_to_error_types():
     env = {"error": "STATE_CONFLICT", "message": "Job already completed", "code": 409, "request_id": "req_1"}
-    err = D.parse_error(409, env)
+    err = D.classify_error(409, {}, env)
     assert isinstance(err, JobStateConflictError)
     assert (err.code, err.message, err.request_id) == ("STATE_CONFLICT", "Job already completed", "req_1")
-    assert isinstance(D.parse_error(404, {"error": "RESOURCE_NOT_FOUND", "message": "no"}), JobNotFoundError)
-    assert isinstance(D.parse_error(401, {"error": "UNAUTHORIZED"}), PlatformAuthError)
+    assert isinstance(
+        D.classify_error(404, {}, {"error": "RESOURCE_NOT_FOUND", "message": "no"}), JobNotFoundError
+    )
+    assert isinstance(D.classify_error(401, {}, {"error": "UNAUTHORIZED"}), PlatformAuthError)
 
 
 def test_tags_are_merged_not_duplicated():

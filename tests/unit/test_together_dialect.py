@@ -1,4 +1,4 @@
-"""The Together AI dialect against the documented payloads (platforms.md §3). Pure logic, no I/O."""
+"""The Together AI dialect against the documented payloads (docs/platforms/together.md). Pure logic, no I/O."""
 
 from __future__ import annotations
 
@@ -13,14 +13,15 @@ from airflow_training_provider.errors import (
     PlatformAuthError,
     TrainingPlatformError,
 )
+from airflow_training_provider.hooks.transport import prepare_request
 from airflow_training_provider.models import CancelRequest, Checkpoint, JobEvent, JobState
-from airflow_training_provider.platforms import DIALECTS, Credentials, get_dialect
+from airflow_training_provider.platforms import PLATFORMS, Credentials, get_dialect
 from airflow_training_provider.platforms.together import TAGS_KEY, TogetherDialect
 
 D = TogetherDialect()
 JOB_ID = "ft-0f3c9a2e-0000-4b1d-9c1a-7e2f5b6a9d10"
 
-# §3.3 create body, §3.4 job object, §3.6 events, §3.7 checkpoints: the reference's own examples.
+# Create body, job object, events and checkpoints as documented (docs/platforms/together.md).
 CREATE_BODY = {
     "training_file": "file-abc",
     "validation_file": "",
@@ -120,7 +121,7 @@ CHECKPOINTS = {
         }
     ]
 }
-# The documented auto-cancel sequence (§3.6), legacy upper-case types.
+# The documented auto-cancel sequence, legacy upper-case types.
 WANDB_SEQUENCE = [
     ("JOB_PENDING", "Info", "Fine tune request created"),
     ("JOB_START", "Info", "Job started"),
@@ -368,7 +369,7 @@ def test_cancelled_job_with_embedded_events_explains_itself():
 # ----------------------------------------------------------------------------- requests
 def test_requests_use_the_documented_endpoints():
     create = D.create_request(CREATE_BODY)
-    assert (create.method, create.path, create.json, create.idempotent) == (
+    assert (create.method, create.path, create.body, create.idempotent) == (
         "POST",
         "/v1/fine-tunes",
         CREATE_BODY,
@@ -376,7 +377,7 @@ def test_requests_use_the_documented_endpoints():
     )
     assert (D.get_request(JOB_ID).method, D.get_request(JOB_ID).path) == ("GET", f"/v1/fine-tunes/{JOB_ID}")
     cancel = D.cancel_request(JOB_ID, CancelRequest(reason="r", create_final_checkpoint=True, force=True))
-    assert (cancel.method, cancel.path, cancel.json) == ("POST", f"/v1/fine-tunes/{JOB_ID}/cancel", None)
+    assert (cancel.method, cancel.path, cancel.body) == ("POST", f"/v1/fine-tunes/{JOB_ID}/cancel", None)
     assert D.events_request(JOB_ID).path == f"/v1/fine-tunes/{JOB_ID}/events"
     assert D.checkpoints_request(JOB_ID).path == f"/v1/fine-tunes/{JOB_ID}/checkpoints"
     listing = D.list_request(["airflow-dag:d"])
@@ -385,7 +386,8 @@ def test_requests_use_the_documented_endpoints():
         "/v1/fine-tunes",
         [("x_airflow_tag", "airflow-dag:d")],
     )
-    assert D.auth_headers(create, Credentials(password="k")) == {"Authorization": "Bearer k"}
+    signed = prepare_request(D, "https://api.together.ai", create, Credentials(api_key="k"))
+    assert signed.headers["Authorization"] == "Bearer k"
 
 
 def test_capabilities_and_cancel_flags():
@@ -477,12 +479,14 @@ def test_error_bodies_are_read_tolerantly(body, code, message):
 
 
 def test_errors_map_to_provider_types():
-    assert isinstance(D.parse_error(401, {"error": {"message": "Invalid API key"}}), PlatformAuthError)
-    assert isinstance(D.parse_error(404, {"error": {"message": "no such job"}}), JobNotFoundError)
-    assert isinstance(D.parse_error(409, {"message": "conflict"}), JobStateConflictError)
-    err = D.parse_error(402, {"error": {"message": "Insufficient balance", "code": "insufficient_balance"}})
+    assert isinstance(D.classify_error(401, {}, {"error": {"message": "Invalid API key"}}), PlatformAuthError)
+    assert isinstance(D.classify_error(404, {}, {"error": {"message": "no such job"}}), JobNotFoundError)
+    assert isinstance(D.classify_error(409, {}, {"message": "conflict"}), JobStateConflictError)
+    err = D.classify_error(
+        402, {}, {"error": {"message": "Insufficient balance", "code": "insufficient_balance"}}
+    )
     assert type(err) is TrainingPlatformError and err.status == 402 and err.code == "insufficient_balance"
-    plain_400 = D.parse_error(400, {"error": {"message": "n_epochs must be >= 1"}})
+    plain_400 = D.classify_error(400, {}, {"error": {"message": "n_epochs must be >= 1"}})
     assert type(plain_400) is TrainingPlatformError
 
 
@@ -501,10 +505,10 @@ def test_errors_map_to_provider_types():
     ],
 )
 def test_a_400_refusing_to_cancel_an_ended_job_is_a_state_conflict(body):
-    assert isinstance(D.parse_error(400, body), JobStateConflictError)
+    assert isinstance(D.classify_error(400, {}, body), JobStateConflictError)
 
 
 def test_dialect_registry():
     assert isinstance(get_dialect("together"), TogetherDialect)
-    assert DIALECTS["together"] is TogetherDialect
-    assert D.default_base_url == "https://api.together.ai"
+    assert PLATFORMS["together"].dialect is TogetherDialect
+    assert PLATFORMS["together"].default_base_url == "https://api.together.ai"

@@ -1,4 +1,4 @@
-"""Response classification and retry policy (pure logic)."""
+"""Request preparation, response classification and retry policy (pure logic)."""
 
 from __future__ import annotations
 
@@ -6,13 +6,20 @@ import pytest
 from tenacity import Retrying
 
 from airflow_training_provider.errors import JobStateConflictError, TransientPlatformError
-from airflow_training_provider.hooks.transport import RetryPolicy, decode_response, retry_after_seconds
-from airflow_training_provider.platforms.base import ApiRequest
+from airflow_training_provider.hooks.connection import base_url_of
+from airflow_training_provider.hooks.transport import (
+    RetryPolicy,
+    decode_response,
+    join_url,
+    prepare_request,
+    retry_after_seconds,
+)
+from airflow_training_provider.platforms.base import ApiRequest, Credentials, HttpRequest
 from airflow_training_provider.platforms.tensorone import TensorOneDialect
 
 D = TensorOneDialect()
 GET = ApiRequest("GET", "/v2/training/jobs/j")
-CREATE = ApiRequest("POST", "/v2/training/jobs", json={}, idempotent=False)
+CREATE = ApiRequest("POST", "/v2/training/jobs", body={}, idempotent=False)
 
 
 def test_ok_body_decoded():
@@ -97,3 +104,82 @@ def test_wait_honours_retry_after():
 
     assert Retrying(**kwargs)(fn) == "ok"
     assert waits == [3.5]
+
+
+def test_budget_retries_for_seconds_not_attempts():
+    kwargs = FAST.tenacity_kwargs(ApiRequest("GET", "/x", budget=0.0))
+    kwargs["sleep"] = lambda s: None
+    with pytest.raises(TransientPlatformError):  # a zero budget: the first failure ends it
+        Retrying(**kwargs)(lambda: (_ for _ in ()).throw(TransientPlatformError("503")))
+
+
+@pytest.mark.parametrize(
+    ("base", "path", "params", "url"),
+    [
+        ("http://h:1", "/v2/jobs", None, "http://h:1/v2/jobs"),
+        ("http://h:1/", "/v2/jobs", None, "http://h:1/v2/jobs"),
+        ("https://h/api/", "v2/jobs", None, "https://h/api/v2/jobs"),
+        ("http://h", "/", None, "http://h/"),
+        (
+            "http://h",
+            "/j",
+            [("tag", "a:b"), ("tag", "c d"), ("limit", 100)],
+            "http://h/j?tag=a%3Ab&tag=c+d&limit=100",
+        ),
+        ("http://h", "/j", {"includeMetrics": True}, "http://h/j?includeMetrics=true"),
+    ],
+)
+def test_join_url(base, path, params, url):
+    assert join_url(base, path, params) == url
+
+
+@pytest.mark.parametrize(
+    ("host", "schema", "port", "url"),
+    [
+        (None, None, None, "https://default.example"),
+        ("", "", None, "https://default.example"),
+        ("http://127.0.0.1:8765", None, None, "http://127.0.0.1:8765"),
+        ("http://127.0.0.1:8765/", None, None, "http://127.0.0.1:8765"),
+        ("127.0.0.1", None, 8765, "http://127.0.0.1:8765"),
+        ("localhost:8765", None, None, "http://localhost:8765"),
+        ("api.example.com", None, None, "https://api.example.com"),
+        ("api.example.com", "http", 8080, "http://api.example.com:8080"),
+        ("api.example.com", "airflow", None, "https://api.example.com"),  # URI path, not a scheme
+        ("https://api.example.com/prefix/", None, 443, "https://api.example.com:443/prefix"),
+        ("https://api.example.com:9000", None, 443, "https://api.example.com:9000"),
+    ],
+)
+def test_base_url_of_every_connection_form(host, schema, port, url):
+    assert base_url_of(host, schema, port, "https://default.example/") == url
+
+
+class _Signing(TensorOneDialect):
+    """Records what it was asked to sign."""
+
+    seen: list[HttpRequest] = []
+
+    def authenticate(self, request, credentials):
+        self.seen.append(request)
+        return {"Authorization": f"Sig {credentials.access_key_id}:{len(request.body)}"}
+
+
+def test_prepare_request_signs_the_exact_bytes_sent():
+    dialect = _Signing()
+    request = ApiRequest(
+        "POST", "/", body={"b": 1, "a": [1, 2]}, params={"x": "1"}, headers={"X-Amz-Target": "S.Op"},
+        content_type="application/x-amz-json-1.1",
+    )  # fmt: skip
+    http = prepare_request(dialect, "https://h/", request, Credentials(access_key_id="AK"))
+    assert http.url == "https://h/?x=1"
+    assert http.body == b'{"b":1,"a":[1,2]}'
+    assert http.headers["Content-Type"] == "application/x-amz-json-1.1"
+    assert http.headers["X-Amz-Target"] == "S.Op"
+    assert http.headers["Authorization"] == "Sig AK:17"
+    seen = dialect.seen[-1]
+    assert seen.body is http.body and seen.timestamp.tzinfo is not None
+
+
+def test_get_has_no_body_and_no_content_type():
+    http = prepare_request(D, "http://h", GET, Credentials(api_key="k"))
+    assert http.body == b"" and "Content-Type" not in http.headers
+    assert http.headers["Authorization"] == "Bearer k"

@@ -1,0 +1,184 @@
+"""Who may cancel a job, and when: one :class:`CancelPolicy` value and pure decisions.
+
+Every "should I cancel?" in the provider asks the policy: the worker's ``on_kill``, the trigger at
+the ``execution_timeout`` deadline, ``execute_complete`` after that deadline, ``resume_execution``
+after a failed deferral, the trigger's verified ``on_kill``, a new try that finds an earlier try's
+job, and the orphan reaper. The policy also builds every :class:`CancelRequest`.
+
+Inputs are what Airflow says about the task instance now (its state, the job id its current try
+published in XCom) and what the caller knows. The Airflow behaviour behind these rules is in
+``docs/airflow-kill-paths.md``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+from airflow_training_provider.models import CancelRequest, JobState, TrainingJob
+
+
+def to_seconds(value: Any) -> Any:
+    """A ``timedelta`` as float seconds; numbers pass through (pydantic checks the rest)."""
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, bool):
+        raise ValueError("expected seconds (a number or a timedelta), got a boolean")
+    return value
+
+
+Seconds = Annotated[float, BeforeValidator(to_seconds), Field(ge=0)]
+"""A duration in seconds; a ``datetime.timedelta`` is accepted and converted."""
+
+#: TI states in which a try is alive (or about to be) and may own a job.
+LIVE_STATES = frozenset(
+    {"scheduled", "queued", "running", "deferred", "up_for_retry", "up_for_reschedule", "restarting"}
+)
+
+
+class GiveUp(StrEnum):
+    """Why Airflow gives up on a job; the value is the reason recorded on the platform's cancel."""
+
+    WORKER_KILLED = "Airflow task was killed"
+    EXECUTION_TIMEOUT = "Airflow execution_timeout reached"
+    DEFERRAL_FAILED = "Airflow gave up waiting (trigger timeout or failure)"
+    TASK_KILLED = "Airflow task was killed (marked failed, cleared or its DAG run ended)"
+    CLEARED = "Airflow task was cleared; a new try starts"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """``cancel`` or not, and why (for the log)."""
+
+    cancel: bool
+    reason: str
+
+
+class EarlierJob(StrEnum):
+    """What a starting try does with the job an earlier try of the same task instance submitted."""
+
+    REATTACH = "re-attach"  # wait on it instead of submitting
+    ADOPT = "adopt"  # it already succeeded: its result is this try's
+    SUBMIT = "submit"  # it ended (or is someone else's to stop): submit a new job
+    CANCEL_THEN_SUBMIT = "cancel, then submit"  # the task was cleared: stop the old job first
+    LEAVE_THEN_SUBMIT = "leave running, then submit"  # cleared, but cancel_on_kill is off
+
+
+class CancelPolicy(BaseModel):
+    """How a task treats its job when Airflow gives up on it. Flat and JSON-only: it travels in
+    trigger kwargs unchanged.
+
+    :ivar cancel_on_kill: cancel the job when Airflow gives up on the task (kill, timeout, failed
+        deferral, mark failed, clear, DAG run ended). Sensors default to ``False``: they do not own
+        the job they watch.
+    :ivar cancel_on_mark_success: also cancel when a user marks the deferred task success.
+    :ivar reattach_on_clear: a try started by a clear re-attaches to the earlier try's running job
+        instead of cancelling it and submitting a new one.
+    :ivar preserve_checkpoints: a cancel keeps the job's checkpoints.
+    :ivar create_final_checkpoint: a cancel asks the job to save a final checkpoint (where the
+        platform can).
+    :ivar confirm_timeout: seconds to wait for the platform to confirm a cancel.
+    :ivar verify_timeout: seconds the trigger's ``on_kill`` may spend asking Airflow what happened.
+    :ivar cancel_if_unverified: cancel even if that question got no answer in time.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    cancel_on_kill: bool = True
+    cancel_on_mark_success: bool = False
+    reattach_on_clear: bool = False
+    preserve_checkpoints: bool = True
+    create_final_checkpoint: bool = True
+    confirm_timeout: Seconds = 60.0
+    verify_timeout: Seconds = 60.0
+    cancel_if_unverified: bool = False
+
+    def request(self, reason: str, *, force: bool = False) -> CancelRequest:
+        """The platform cancel this policy asks for, recording ``reason``."""
+        return CancelRequest(
+            reason=reason,
+            preserve_checkpoints=self.preserve_checkpoints,
+            create_final_checkpoint=self.create_final_checkpoint,
+            force=force,
+        )
+
+    def decide(self, why: GiveUp) -> Decision:
+        """Whether to cancel when the task itself gives up: killed on the worker, past its
+        ``execution_timeout``, or its deferral failed."""
+        if not self.cancel_on_kill:
+            return Decision(False, f"{why.value}, but cancel_on_kill is off: the job keeps running")
+        return Decision(True, why.value)
+
+    def after_trigger_kill(self, ti_state: str | None, current_job_id: str | None, job_id: str) -> Decision:
+        """Decide in the trigger's ``on_kill`` whether the user gave up on ``job_id``.
+
+        ``on_kill`` fires on mark failed/success, clear, DAG run failed/timeout — and, wrongly, when the
+        trigger moved to another triggerer (Airflow 3.3.2). Only the last leaves the TI deferred on
+        this same job.
+
+        :param ti_state: the task instance's state now (``None`` after a clear, before rescheduling).
+        :param current_job_id: the job id the TI's current try pushed to XCom (``None`` if none yet).
+        :param job_id: the job this trigger waits on.
+        """
+        if not self.cancel_on_kill:
+            return Decision(False, "cancel_on_kill is off")
+        if ti_state == "deferred" and current_job_id == job_id:
+            return Decision(
+                False, "task is still deferred on this job (trigger reassigned to another triggerer)"
+            )
+        if ti_state == "success" and not self.cancel_on_mark_success:
+            return Decision(False, "task was marked success and cancel_on_mark_success is off")
+        if self.reattach_on_clear and (ti_state is None or ti_state in LIVE_STATES):
+            return Decision(False, "task was cleared and reattach_on_clear is on: its next try re-attaches")
+        if ti_state is None or ti_state in LIVE_STATES:
+            return Decision(True, f"task was cleared (now {ti_state or 'none'}, running another job or none)")
+        return Decision(True, f"task is {ti_state}")
+
+    def earlier_job(self, job: TrainingJob, retry: bool) -> EarlierJob:
+        """What a starting try does with ``job``, submitted by an earlier try of its task instance.
+
+        * an automatic retry (or a worker crash): running → re-attach; succeeded → adopt;
+          failed/cancelled → submit a new job;
+        * the first try after a clear: with ``reattach_on_clear`` like a retry for a running job;
+          otherwise a running job is cancelled first (or left running if ``cancel_on_kill`` is off).
+
+        :param retry: the try is an automatic retry (:func:`is_retry`), not a clear.
+        """
+        if retry or self.reattach_on_clear:
+            if not job.is_terminal:
+                return EarlierJob.REATTACH
+            if job.state is JobState.SUCCEEDED and retry:
+                return EarlierJob.ADOPT
+            return EarlierJob.SUBMIT
+        if job.is_terminal:
+            return EarlierJob.SUBMIT
+        return EarlierJob.CANCEL_THEN_SUBMIT if self.cancel_on_kill else EarlierJob.LEAVE_THEN_SUBMIT
+
+
+def reaper_decision(ti_state: str | None, current_job_id: str | None, job_id: str) -> Decision:
+    """Decide whether a running job tagged by this deployment is an orphan.
+
+    A job is kept while its task instance is alive on it: in a live state and either publishing this
+    job id, or publishing none yet (a try that is starting may still re-attach to it).
+
+    :param ti_state: state of the TI named by the job's tags; ``None`` if Airflow does not know it.
+    :param current_job_id: job id in that TI's XCom (current try), if any.
+    """
+    if ti_state in LIVE_STATES:
+        if current_job_id in (None, job_id):
+            return Decision(False, f"task instance is {ti_state} on this job")
+        return Decision(True, f"task instance is {ti_state} on another job ({current_job_id})")
+    return Decision(True, f"task instance is {ti_state or 'gone'}")
+
+
+def is_retry(try_number: int, max_tries: int, retries: int) -> bool:
+    """Whether this try is an automatic retry (vs. a first try or the first try after a clear).
+
+    Airflow sets ``max_tries = try_number + retries`` when a task is cleared, so the first try of
+    each cycle is ``max_tries - retries + 1`` (the same rule as ``get_first_reschedule_date``).
+    """
+    return try_number > max_tries - retries + 1

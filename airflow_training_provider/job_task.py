@@ -1,0 +1,322 @@
+"""The Airflow side of a task that waits on a training job: shared by the submit operator and the
+sensor (and the cancel paths of the reaper and the cancel operator use its helpers).
+
+Two ways to wait, one wait (:func:`~airflow_training_provider.lifecycle.waiting.wait_for_job`) and
+one way to end (:meth:`TrainingJobTaskMixin.conclude`):
+
+* deferred: the trigger runs the wait and yields its outcome; ``execute_complete`` parses it and
+  concludes; ``resume_execution`` on ``__fail__`` (deferral timeout, trigger crash) cancels;
+* on the worker: the hook runs the same wait; ``on_kill`` (SIGTERM, ``execution_timeout``) cancels
+  and wakes the wait up so ``execute()`` stops — the 3.3 SIGTERM handler only calls ``on_kill`` and
+  returns;
+* lost contact (polls failing past the outage budget): the task fails, the job is NOT cancelled.
+
+Whether to cancel is always the :class:`~airflow_training_provider.cancellation.CancelPolicy`'s call.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from functools import cached_property
+from typing import Any, TypeVar
+
+from airflow.sdk.bases.operator import TRIGGER_FAIL_REPR
+from airflow.sdk.exceptions import AirflowException, AirflowTaskTimeout
+from pydantic import BaseModel, ValidationError
+
+from airflow_training_provider.cancellation import CancelPolicy, GiveUp
+from airflow_training_provider.errors import TrainingPlatformError
+from airflow_training_provider.hooks.training import TrainingPlatformHook, WaitInterrupted
+from airflow_training_provider.hooks.transport import RetryPolicy
+from airflow_training_provider.identity import TaskIdentity
+from airflow_training_provider.lifecycle.waiting import (
+    DeadlineReached,
+    JobFinished,
+    LostContact,
+    Polling,
+    WaitOutcome,
+    parse_outcome,
+    wait_for_job,
+)
+from airflow_training_provider.models import CancelResult, JobState, TrainingJob, complete_cancel_result
+from airflow_training_provider.progress import JobReport, describe
+from airflow_training_provider.task_instance_lookup import (
+    EVENT_CURSOR_XCOM_KEY,
+    JOB_ID_XCOM_KEY,
+    current_job_id,
+)
+from airflow_training_provider.triggers.training_job import TrainingJobTrigger
+
+M = TypeVar("M", bound=BaseModel)
+
+#: task_state_store key holding ``{"job_id", "try_number", "platform"}`` across tries.
+STATE_STORE_KEY = "training_job"
+#: seconds the deferral's own timeout (a backstop) runs past the trigger's deadline.
+DEFER_TIMEOUT_SLACK = 120.0
+#: operators call the policy's ``confirm_timeout`` this (their other cancel parameters keep its names).
+CONFIRM_TIMEOUT_PARAMETER = {"confirm_timeout": "confirm_cancel_timeout"}
+#: seconds the worker's ``on_kill`` allows its one cancel call (SIGKILL follows SIGTERM after 5 s).
+ON_KILL_CALL_TIMEOUT = 4.0
+
+
+class TrainingJobFailed(AirflowException):
+    """The training job ended failed, or was cancelled by someone other than this task."""
+
+
+class TrainingJobCancelledByAirflow(AirflowException):
+    """This task was killed while waiting (and cancelled its job, if its policy says so)."""
+
+
+class LostContactWithPlatform(AirflowException):
+    """Polls failed for longer than the outage budget; the job was left running."""
+
+
+def parameters(model: type[M], owner: str, renamed: dict[str, str] | None = None, **values: Any) -> M:
+    """``model(**values)``, or a ``ValueError`` naming the operator parameter (``renamed`` maps a
+    model field to the parameter it came from) and what it expects — raised when the DAG is parsed,
+    long before anything is submitted."""
+    try:
+        return model(**values)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        name = ".".join(str(p) for p in err["loc"])
+        name = (renamed or {}).get(name, name)
+        msg = err["msg"]
+        raise ValueError(
+            f"{owner}: parameter {name!r}: {msg[0].lower()}{msg[1:]} (got {err.get('input')!r})"
+        ) from None
+
+
+def job_outcome(job: TrainingJob) -> dict[str, Any]:
+    """Map a terminal job to the task's outcome: the job as JSON on success, else raise.
+
+    :raises TrainingJobFailed: job failed (with the platform's message) or was cancelled outside
+        Airflow (this task's own cancels raise before reaching here).
+    """
+    if job.state is JobState.SUCCEEDED:
+        return job.model_dump(mode="json")
+    if job.state is JobState.FAILED:
+        raise TrainingJobFailed(f"Training job {job.id} failed: {job.message or job.raw_status}")
+    if job.state is JobState.CANCELLED:
+        why = f" ({job.message})" if job.message else ""
+        raise TrainingJobFailed(f"Training job {job.id} was cancelled outside Airflow{why}")
+    raise TrainingJobFailed(f"Training job {job.id} ended {job.state.value}")
+
+
+def log_cancel(log: Any, result: CancelResult, job: TrainingJob) -> None:
+    """Write what a cancel achieved to the task log."""
+    if result.already_terminal:
+        log.info(
+            "Training job %s had already ended (%s); nothing to cancel", result.job_id, result.state.value
+        )
+        return
+    log.warning(
+        "Training job %s cancelled: state %s, final checkpoint %s (%s), final metrics %s, cost $%s",
+        result.job_id,
+        job.state.value,
+        result.final_checkpoint_id,
+        result.final_checkpoint_path,
+        result.final_metrics,
+        result.cost.total_usd,
+    )
+
+
+class TrainingJobTaskMixin:
+    """Waiting, deferral and cancellation for an operator that waits on job ``self.job_id``.
+
+    The host sets ``conn_id``, ``deferrable``, ``cancel_policy`` (:class:`CancelPolicy`), ``polling``
+    (:class:`Polling`) and ``execution_timeout``, and calls :meth:`_init_job_task` in ``__init__``.
+    """
+
+    conn_id: str
+    deferrable: bool
+    cancel_policy: CancelPolicy
+    polling: Polling
+    defer_timeout: float | None = None
+
+    def _init_job_task(self) -> None:
+        self.job_id: str | None = None
+        self._stop = threading.Event()
+        self._kill_result: CancelResult | None = None
+
+    @cached_property
+    def hook(self) -> TrainingPlatformHook:
+        return TrainingPlatformHook(self.conn_id)
+
+    # -- ending ------------------------------------------------------------------------------------
+    def conclude(self, outcome: WaitOutcome, context: Any) -> dict[str, Any]:
+        """End the task from a wait's outcome: the final job on success, else raise why."""
+        self.job_id = outcome.job_id
+        if isinstance(outcome, JobFinished):
+            return job_outcome(outcome.job)
+        if isinstance(outcome, DeadlineReached):
+            decision = self.cancel_policy.decide(GiveUp.EXECUTION_TIMEOUT)
+            if decision.cancel:  # confirms the trigger's cancel, or sends it if that one failed
+                self.cancel_and_report(outcome.job_id, GiveUp.EXECUTION_TIMEOUT.value, context)
+                raise AirflowTaskTimeout(
+                    f"execution_timeout reached; training job {outcome.job_id} was cancelled"
+                )
+            raise AirflowTaskTimeout(f"execution_timeout reached; {decision.reason} (job {outcome.job_id})")
+        if isinstance(outcome, LostContact):
+            raise LostContactWithPlatform(outcome.message)
+        raise AirflowException(outcome.message)
+
+    def finish_if_ended(self, job: TrainingJob) -> dict[str, Any] | None:
+        """One status check before waiting: a job that already ended ends the task now (no deferral)."""
+        if not job.is_terminal:
+            return None
+        job = self.hook.final_view(job)
+        self.log.info("Training job %s", describe(job))  # type: ignore[attr-defined]
+        return job_outcome(job)
+
+    # -- waiting -----------------------------------------------------------------------------------
+    def wait_for(self, job: TrainingJob, context: Any, deadline: float | None) -> dict[str, Any]:
+        """Wait for running ``job``: deferred if ``self.deferrable``, else on the worker."""
+        if self.deferrable:
+            self.defer_on(job, context, deadline)
+        return self.conclude(self.wait_on_worker(job, context), context)
+
+    def wait_on_worker(self, job: TrainingJob, context: Any = None) -> WaitOutcome:
+        """Run the wait here, holding the worker slot; ``on_kill`` wakes it up to stop.
+
+        :raises TrainingJobCancelledByAirflow: the task was killed meanwhile.
+        """
+        hook = self.hook
+        cursor = 0 if hook.dialect.capabilities.events else None
+        report = JobReport(self.log)  # type: ignore[attr-defined]
+        report.progress(job)
+        wait = wait_for_job(hook.ops, job.id, self.polling, self.cancel_policy, None, cursor)
+        try:
+            outcome = hook.drive(wait, report, stop=self._stop)
+        except WaitInterrupted:
+            outcome = None
+        if self._stop.is_set():
+            self._after_kill(context)
+        return outcome
+
+    def _after_kill(self, context: Any) -> None:
+        """After ``on_kill`` asked for the cancel: wait (bounded) for the platform to finish it, then stop."""
+        result = self._kill_result
+        if result is None:
+            raise TrainingJobCancelledByAirflow(
+                f"Task was killed; training job {self.job_id} was not cancelled"
+            )
+        if not result.already_terminal:
+            job = self.hook.wait_until(
+                self.job_id,
+                lambda j: j.is_terminal,
+                self.cancel_policy.confirm_timeout,
+                self.polling.confirm_interval,
+            )
+            result = complete_cancel_result(result, job)
+            log_cancel(self.log, result, job)  # type: ignore[attr-defined]
+            if context is not None:
+                context["ti"].xcom_push(key="cancel_result", value=result.model_dump(mode="json"))
+        raise TrainingJobCancelledByAirflow(f"Task was killed; training job {self.job_id} was cancelled")
+
+    def deadline_from_now(self) -> float | None:
+        """Absolute UNIX time when ``execution_timeout`` runs out for this try, if one is set."""
+        timeout = getattr(self, "execution_timeout", None)
+        return None if timeout is None else time.time() + timeout.total_seconds()
+
+    def defer_on(self, job: TrainingJob, context: Any, deadline: float | None) -> None:
+        """Defer to :class:`TrainingJobTrigger`; its ``deadline`` enforces ``execution_timeout``
+        (3.3.2 does not while deferred) and the deferral timeout is only a backstop.
+
+        Publishes the job id in XCom first: the trigger's ``on_kill`` compares it with its own to
+        tell a reassignment from a user's kill."""
+        ti = context["ti"]
+        ti.xcom_push(key=JOB_ID_XCOM_KEY, value=job.id)
+        if self.hook.dialect.capabilities.events:
+            # The trigger keeps its event cursor here; an existing key spares it a "not found" on start.
+            ti.xcom_push(key=EVENT_CURSOR_XCOM_KEY, value=0)
+        identity = TaskIdentity.from_context(context)
+        trigger = TrainingJobTrigger(
+            conn_id=self.conn_id,
+            job_id=job.id,
+            deadline=deadline,
+            dag_id=identity.dag_id,
+            run_id=identity.run_id,
+            task_id=identity.task_id,
+            map_index=identity.map_index,
+            try_number=identity.try_number,
+            **self.polling.model_dump(exclude={"clear_grace"}),
+            **self.cancel_policy.model_dump(),
+        )
+        limits = [self.defer_timeout] if self.defer_timeout else []
+        if deadline is not None:  # a backstop only: the trigger's own deadline comes first
+            limits.append(max(1.0, deadline - time.time()) + DEFER_TIMEOUT_SLACK)
+        timeout = min(limits) if limits else None
+        self.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)  # type: ignore[attr-defined]
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
+        """Resume after the trigger fired: its event is a wait outcome; conclude from it."""
+        return self.conclude(parse_outcome(event), context)
+
+    # -- giving up ---------------------------------------------------------------------------------
+    def cancel_and_report(self, job_id: str, reason: str, context: Any = None) -> CancelResult:
+        """Cancel ``job_id`` as the policy asks, wait (bounded) for the platform to confirm, log and
+        publish the result (XCom ``cancel_result``)."""
+        result, job = self.hook.cancel_and_confirm(
+            job_id,
+            self.cancel_policy.request(reason),
+            self.cancel_policy.confirm_timeout,
+            self.polling.confirm_interval,
+        )
+        log_cancel(self.log, result, job)  # type: ignore[attr-defined]
+        if context is not None:
+            context["ti"].xcom_push(key="cancel_result", value=result.model_dump(mode="json"))
+        return result
+
+    def on_kill(self) -> None:
+        """Worker-side kill (SIGTERM, ``execution_timeout``): cancel if the policy says so, then make
+        ``execute()`` stop.
+
+        Returns within a few seconds: on a server-initiated kill the supervisor SIGKILLs the task
+        5 s after SIGTERM. So one cancel call with a short timeout here (a fresh hook: the signal may
+        have interrupted a request of the main hook); confirmation happens back in ``execute()``,
+        which stops once the outcome of that call is known.
+        """
+        try:
+            self._kill_result = self._cancel_on_kill()
+        finally:
+            self._stop.set()
+
+    def _cancel_on_kill(self) -> CancelResult | None:
+        decision = self.cancel_policy.decide(GiveUp.WORKER_KILLED)
+        if not self.job_id:
+            return None
+        if not decision.cancel:
+            self.log.warning("Task killed: %s (job %s)", decision.reason, self.job_id)  # type: ignore[attr-defined]
+            return None
+        hook = TrainingPlatformHook(
+            self.conn_id, RetryPolicy(call_timeout=ON_KILL_CALL_TIMEOUT, max_attempts=1)
+        )
+        try:
+            result = hook.cancel_job(self.job_id, self.cancel_policy.request(GiveUp.WORKER_KILLED.value))
+        except TrainingPlatformError as exc:
+            self.log.error("Cancelling training job %s on kill failed: %s", self.job_id, exc)  # type: ignore[attr-defined]
+            return None
+        self.log.warning(  # type: ignore[attr-defined]
+            "Task killed: cancel of training job %s requested (state %s, final checkpoint %s)",
+            self.job_id,
+            result.state.value,
+            result.final_checkpoint_id or "pending",
+        )
+        return result
+
+    def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Any):
+        """On ``__fail__`` (deferral timed out, trigger crashed) cancel the job, if the policy says so,
+        before failing. The job id comes from XCom: ``next_kwargs`` are replaced by the error here."""
+        if next_method == TRIGGER_FAIL_REPR and self.cancel_policy.decide(GiveUp.DEFERRAL_FAILED).cancel:
+            job_id = current_job_id(TaskIdentity.from_context(context))
+            if job_id:
+                self.job_id = job_id
+                self.log.warning(  # type: ignore[attr-defined]
+                    "Deferral failed (%s): cancelling training job %s",
+                    (next_kwargs or {}).get("error"),
+                    job_id,
+                )
+                self.cancel_and_report(job_id, GiveUp.DEFERRAL_FAILED.value, context)
+        return super().resume_execution(next_method, next_kwargs, context)  # type: ignore[misc]

@@ -1,0 +1,219 @@
+"""The job API and the one polling loop, written once as sans-IO operations.
+
+An operation is a generator. It yields what it needs done and gets the answer back:
+
+* an :class:`~airflow_training_provider.platforms.base.ApiRequest` → the driver sends it and
+  ``send``\\ s back the decoded JSON body, or ``throw``\\ s in the
+  :class:`~airflow_training_provider.errors.TrainingPlatformError` the call ended in;
+* :class:`Sleep` → the driver waits that many seconds (the worker's driver wakes up early when the
+  task is killed);
+* :class:`Progress` and :class:`NewEvents` → reports for the task log (the trigger saves its event
+  cursor before writing the events).
+
+Its return value is the operation's result. The sync hook (worker) and the async hook (trigger)
+are the two drivers (``TrainingPlatformHook.drive``, ``AsyncTrainingPlatformClient.drive``); the
+tests drive operations with canned answers and a fake clock, without any socket.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
+
+from airflow_training_provider.errors import JobStateConflictError
+from airflow_training_provider.events import explain_failure
+from airflow_training_provider.models import (
+    CancelRequest,
+    CancelResult,
+    Checkpoint,
+    JobEvent,
+    TrainingJob,
+    complete_cancel_result,
+    no_cancel_needed,
+)
+from airflow_training_provider.platforms.base import ApiRequest, Dialect
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Sleep:
+    """Wait ``seconds`` before going on."""
+
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A job state just polled (the driver logs it when it changed)."""
+
+    job: TrainingJob
+
+
+@dataclass(frozen=True)
+class NewEvents:
+    """Platform events not reported yet, and the cursor (events reported in all) after them."""
+
+    events: tuple[JobEvent, ...]
+    cursor: int
+
+
+Step = ApiRequest | Sleep | Progress | NewEvents
+Operation = Generator[Step, Any, T]
+"""A sans-IO operation returning ``T``."""
+
+
+class JobOperations:
+    """The job API of one platform, as operations.
+
+    :param dialect: the platform's wire format.
+    :param base_url: the connection's API base URL (for console links).
+    :param clock: wall-clock seconds (``time.time``); a test passes a fake one.
+    """
+
+    def __init__(self, dialect: Dialect, base_url: str, clock: Callable[[], float] = time.time) -> None:
+        self.dialect = dialect
+        self.base_url = base_url
+        self.clock = clock
+
+    def _call(self, request: ApiRequest, budget: float | None = None) -> Operation[Any]:
+        return (yield request if budget is None else replace(request, budget=budget))
+
+    def _linked(self, job: TrainingJob) -> TrainingJob:
+        if job.console_url:
+            return job
+        return job.model_copy(update={"console_url": self.dialect.console_url(self.base_url, job.id)})
+
+    # -- the job API ---------------------------------------------------------------------------
+    def create_job(self, spec: dict[str, Any]) -> Operation[TrainingJob]:
+        """Submit ``spec`` (already validated and tagged); the new job, with its console link."""
+        body = yield from self._call(self.dialect.create_request(spec))
+        return self._linked(self.dialect.parse_created(body))
+
+    def get_job(self, job_id: str, budget: float | None = None) -> Operation[TrainingJob]:
+        """Job ``job_id`` now. ``budget``: seconds to ride out transient errors (outage budget).
+
+        :raises JobNotFoundError: the platform does not know the job.
+        """
+        body = yield from self._call(self.dialect.get_request(job_id), budget)
+        return self._linked(self.dialect.parse_job(body))
+
+    def list_events(self, job_id: str, budget: float | None = None) -> Operation[list[JobEvent]]:
+        """The job's platform events, oldest first (``[]`` for platforms without events)."""
+        request = self.dialect.events_request(job_id)
+        if request is None:
+            return []
+        return self.dialect.parse_events((yield from self._call(request, budget)))
+
+    def list_checkpoints(self, job_id: str, budget: float | None = None) -> Operation[list[Checkpoint]]:
+        """The job's checkpoints, oldest first."""
+        request = self.dialect.checkpoints_request(job_id)
+        if request is None:
+            return (yield from self.get_job(job_id, budget)).checkpoints
+        return self.dialect.parse_checkpoints((yield from self._call(request, budget)))
+
+    def final_view(
+        self, job: TrainingJob, events: list[JobEvent] | None = None, budget: float | None = None
+    ) -> Operation[TrainingJob]:
+        """A terminal job completed with what its object lacks: checkpoints (from the checkpoints
+        endpoint where the job does not list them) and the failure reason from its events."""
+        caps = self.dialect.capabilities
+        if not caps.checkpoints_in_job and not job.checkpoints:
+            job = job.model_copy(update={"checkpoints": (yield from self.list_checkpoints(job.id, budget))})
+        if events is None and caps.events:
+            events = yield from self.list_events(job.id, budget)
+        return explain_failure(job, events or [], self.dialect)
+
+    def list_jobs(self, tags: list[str]) -> Operation[list[TrainingJob]]:
+        """Jobs carrying every one of ``tags`` (platforms with ``capabilities.list_jobs``).
+
+        Filtered here too: a platform may ignore the tag filter of its list call."""
+        jobs = self.dialect.parse_list((yield from self._call(self.dialect.list_request(tags))))
+        return [self._linked(j) for j in jobs if set(tags) <= set(j.tags)]
+
+    def cancel_job(self, job_id: str, cancel: CancelRequest) -> Operation[CancelResult]:
+        """Ask the platform to cancel. A job that already ended, or is already stopping, is reported
+        and not cancelled again (unless ``cancel.force``); that is not an error, and neither is a
+        409 (or the platform's equivalent) that turns out to mean the same."""
+        cancel = self.dialect.effective_cancel(cancel)
+        if not cancel.force and (skipped := no_cancel_needed((yield from self.get_job(job_id)))):
+            return skipped
+        try:
+            body = yield from self._call(self.dialect.cancel_request(job_id, cancel))
+        except JobStateConflictError:
+            result = no_cancel_needed((yield from self.get_job(job_id)))
+            if result is None:
+                raise
+            return result
+        return self.dialect.parse_cancel(job_id, body)
+
+    # -- polling: the one loop -------------------------------------------------------------------
+    def poll(
+        self,
+        job_id: str,
+        until: Callable[[TrainingJob], bool],
+        interval: float,
+        deadline: float | None = None,
+        budget: float | None = None,
+        cursor: int | None = None,
+    ) -> Operation[tuple[TrainingJob, int | None]]:
+        """Poll job ``job_id`` every ``interval`` s until ``until(job)`` holds or the clock reaches
+        ``deadline`` (absolute, ``clock`` seconds); each poll is reported (:class:`Progress`).
+
+        With an event ``cursor`` (platforms with events), new events are reported too
+        (:class:`NewEvents`). A job that ended is completed by :meth:`final_view`. The deadline is
+        checked *after* a poll, so a job that ended just before it is seen as ended.
+
+        :returns: the last job seen and the event cursor after it.
+        :raises TransientPlatformError: polls kept failing for longer than ``budget`` seconds.
+        """
+        streaming = cursor is not None and self.dialect.capabilities.events
+        while True:
+            job = yield from self.get_job(job_id, budget)
+            events = None
+            if streaming:
+                events = yield from self.list_events(job_id, budget)
+                if len(events) > cursor:
+                    yield NewEvents(tuple(events[cursor:]), len(events))
+                    cursor = len(events)
+            if job.is_terminal:
+                job = yield from self.final_view(job, events, budget)
+            yield Progress(job)
+            now = self.clock()
+            if until(job) or (deadline is not None and now >= deadline):
+                return job, cursor
+            yield Sleep(interval if deadline is None else max(0.0, min(interval, deadline - now)))
+
+    def wait_until(
+        self,
+        job_id: str,
+        until: Callable[[TrainingJob], bool],
+        timeout: float,
+        interval: float,
+        budget: float | None = None,
+    ) -> Operation[TrainingJob]:
+        """Poll until ``until(job)`` or ``timeout`` seconds passed; the last job seen."""
+        job, _ = yield from self.poll(job_id, until, interval, self.clock() + timeout, budget)
+        return job
+
+    def cancel_and_confirm(
+        self, job_id: str, cancel: CancelRequest, timeout: float, interval: float
+    ) -> Operation[tuple[CancelResult, TrainingJob]]:
+        """Cancel, then poll until the platform reports a terminal state (at most ``timeout`` s).
+
+        :returns: the cancel result (completed with the final checkpoint, metrics and cost once
+            known) and the last job seen, which is terminal unless the timeout ran out.
+        """
+        result = yield from self.cancel_job(job_id, cancel)
+        job = yield from self.wait_until(job_id, is_terminal, timeout, interval)
+        return complete_cancel_result(result, job), job
+
+
+def is_terminal(job: TrainingJob) -> bool:
+    return job.is_terminal
+
+
+def is_stopping_or_terminal(job: TrainingJob) -> bool:
+    return job.is_terminal or job.state.value == "stopping"

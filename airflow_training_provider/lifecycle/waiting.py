@@ -1,0 +1,134 @@
+"""Waiting for a job: its settings, the wait itself (one sans-IO operation, for worker and trigger
+alike) and the outcomes it ends in, which are also the trigger's events.
+
+The outcome is what the trigger yields (``outcome.model_dump(mode="json")``) and what
+``execute_complete`` parses back (:func:`parse_outcome`); a task waiting on the worker gets the same
+value from the same operation, so both ways of waiting end the task the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from airflow_training_provider.cancellation import CancelPolicy, GiveUp, Seconds
+from airflow_training_provider.errors import TrainingPlatformError, TransientPlatformError
+from airflow_training_provider.lifecycle.operations import JobOperations, Operation, is_terminal
+from airflow_training_provider.models import CancelResult, TrainingJob
+
+
+class Polling(BaseModel):
+    """Every interval of the provider, in seconds (a ``timedelta`` is accepted).
+
+    :ivar poll_interval: between status polls while waiting for a job.
+    :ivar outage_budget: consecutive seconds of failed polls (429, 5xx, timeouts, resets, malformed
+        bodies) tolerated before the task fails with "lost contact"; the job is not cancelled.
+    :ivar confirm_interval: between polls while waiting for the platform to confirm a cancel.
+    :ivar clear_grace: how long a try started by a clear gives the old try's trigger to cancel the
+        old job before cancelling it itself.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    poll_interval: Seconds = Field(30.0, gt=0)
+    outage_budget: Seconds = 600.0
+    confirm_interval: Seconds = Field(1.0, gt=0)
+    clear_grace: Seconds = 10.0
+
+
+class _Outcome(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    job_id: str
+
+
+class JobFinished(_Outcome):
+    """The job reached a terminal state; ``job`` is its final view (failure reason included)."""
+
+    status: Literal["terminal"] = "terminal"
+    job: TrainingJob
+    event_cursor: int = 0
+
+
+class DeadlineReached(_Outcome):
+    """The ``execution_timeout`` deadline passed with the job still running.
+
+    :ivar job: the job as last seen (running).
+    :ivar cancel: the cancel the waiter already sent at the deadline (``None``: none was sent,
+        because the policy said not to or the call failed; ``cancel_error`` says which).
+    """
+
+    status: Literal["timeout"] = "timeout"
+    message: str
+    job: TrainingJob | None = None
+    cancel: CancelResult | None = None
+    cancel_error: str | None = None
+
+
+class LostContact(_Outcome):
+    """Polls failed for longer than the outage budget; the job was left alone."""
+
+    status: Literal["lost_contact"] = "lost_contact"
+    message: str
+
+
+class PollFailed(_Outcome):
+    """The platform refused a poll for good (e.g. the job is not found)."""
+
+    status: Literal["error"] = "error"
+    message: str
+
+
+WaitOutcome = Annotated[
+    JobFinished | DeadlineReached | LostContact | PollFailed, Field(discriminator="status")
+]
+_OUTCOME = TypeAdapter(WaitOutcome)
+
+
+def parse_outcome(payload: dict) -> JobFinished | DeadlineReached | LostContact | PollFailed:
+    """A trigger event payload back as its outcome. :raises pydantic.ValidationError: not an outcome."""
+    return _OUTCOME.validate_python(payload)
+
+
+def wait_for_job(
+    ops: JobOperations,
+    job_id: str,
+    polling: Polling,
+    policy: CancelPolicy,
+    deadline: float | None = None,
+    event_cursor: int | None = None,
+) -> Operation[JobFinished | DeadlineReached | LostContact | PollFailed]:
+    """Wait until job ``job_id`` ends, the ``deadline`` (absolute UNIX seconds) passes, or the
+    platform is lost for longer than ``polling.outage_budget``.
+
+    At the deadline the job's state is read first: a job that ended gives its normal outcome; a
+    running one is cancelled if ``policy`` says so (here, at the deadline, rather than when a worker
+    resumes the task seconds to minutes later), and the outcome is :class:`DeadlineReached`.
+
+    :param event_cursor: events already reported (platforms with events); ``None`` reports none.
+    """
+    try:
+        job, cursor = yield from ops.poll(
+            job_id, is_terminal, polling.poll_interval, deadline, polling.outage_budget, event_cursor
+        )
+    except TransientPlatformError as exc:
+        return LostContact(
+            job_id=job_id,
+            message=f"Lost contact with the platform for more than {polling.outage_budget:.0f} s while "
+            f"polling job {job_id}; the job was NOT cancelled and a retry of this task re-attaches to it. "
+            f"Last error: {exc}",
+        )
+    except TrainingPlatformError as exc:
+        return PollFailed(job_id=job_id, message=f"Polling training job {job_id} failed: {exc}")
+    if job.is_terminal:
+        return JobFinished(job_id=job_id, job=job, event_cursor=cursor or 0)
+    decision = policy.decide(GiveUp.EXECUTION_TIMEOUT)
+    outcome = DeadlineReached(job_id=job_id, job=job, message=f"execution_timeout reached; {decision.reason}")
+    if not decision.cancel:
+        return outcome
+    try:
+        result = yield from ops.cancel_job(job_id, policy.request(GiveUp.EXECUTION_TIMEOUT.value))
+    except TrainingPlatformError as exc:  # the resumed task tries again
+        return outcome.model_copy(update={"cancel_error": str(exc)})
+    return outcome.model_copy(update={"cancel": result})

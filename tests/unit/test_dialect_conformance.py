@@ -1,0 +1,243 @@
+"""What every platform must do, checked the same way for each: one row in :data:`CASES` per platform.
+
+Documented payloads parse into the normalized model; every documented status maps (in any case),
+unknown ones keep the job running; errors fall into the provider's error kinds; requests are
+authenticated and create is never re-sent blindly; identity tags survive the round trip; the
+platform is registered with a generated hook class, connection form and provider-info entry; a
+connection missing a credential is refused naming the field. Pure logic, no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from airflow_training_provider.errors import (
+    JobNotFoundError,
+    JobStateConflictError,
+    PlatformAuthError,
+    TrainingPlatformError,
+    TransientPlatformError,
+)
+from airflow_training_provider.get_provider_info import get_provider_info
+from airflow_training_provider.hooks.connection import PlatformConnection
+from airflow_training_provider.hooks.training import PLATFORM_HOOKS
+from airflow_training_provider.hooks.transport import prepare_request
+from airflow_training_provider.models import CancelRequest, JobState
+from airflow_training_provider.platforms import PLATFORMS, tensorone, together
+from airflow_training_provider.platforms.descriptor import PlatformDescriptor
+from tests.unit import test_tensorone_dialect as t1
+from tests.unit import test_together_dialect as tg
+
+
+@dataclass(frozen=True)
+class Case:
+    """One platform's documented facts."""
+
+    platform: PlatformDescriptor
+    spec: dict[str, Any]  # a valid create body
+    created: dict[str, Any]  # the create answer
+    job: dict[str, Any]  # a running job object
+    job_id: str
+    terminal: dict[str, JobState]  # every documented terminal status
+    running: tuple[str, ...]  # documented non-terminal statuses
+    errors: dict[type[TrainingPlatformError], tuple[int, Any]]  # error kind → (status, body)
+    connection: dict[str, Any]  # a complete Airflow connection of this type
+    with_tags_in_job: Any = None  # job body → the same job carrying ``tags`` (as the platform echoes them)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+CASES = [
+    Case(
+        platform=tensorone.PLATFORM,
+        spec={"name": "n", "datasetId": "digits"},
+        created=t1.CREATE_RESPONSE,
+        job=t1.GET_RESPONSE,
+        job_id="job_train_demo1",
+        terminal={
+            "completed": JobState.SUCCEEDED,
+            "failed": JobState.FAILED,
+            "cancelled": JobState.CANCELLED,
+        },
+        running=("queued", "initializing", "running", "paused", "cancelling"),
+        errors={
+            PlatformAuthError: (401, {"error": "UNAUTHORIZED", "message": "bad key"}),
+            JobNotFoundError: (404, {"error": "RESOURCE_NOT_FOUND", "message": "no job"}),
+            JobStateConflictError: (409, {"error": "STATE_CONFLICT", "message": "already completed"}),
+            TransientPlatformError: (429, {"error": "RATE_LIMIT_EXCEEDED", "message": "slow down"}),
+            TrainingPlatformError: (400, {"error": "VALIDATION_ERROR", "message": "bad name"}),
+        },
+        connection={"conn_type": "tensorone", "password": "tpo_test_secret"},
+        with_tags_in_job=lambda body, tags: {**body, "tags": tags},
+    ),
+    Case(
+        platform=together.PLATFORM,
+        spec=tg.CREATE_BODY,
+        created={**tg.JOB, "status": "pending"},
+        job=tg.JOB,
+        job_id=tg.JOB_ID,
+        terminal={
+            "completed": JobState.SUCCEEDED,
+            "error": JobState.FAILED,
+            "user_error": JobState.FAILED,
+            "cancelled": JobState.CANCELLED,
+        },
+        running=("pending", "queued", "running", "compressing", "uploading", "cancel_requested"),
+        errors={
+            PlatformAuthError: (
+                401,
+                {"error": {"message": "Invalid API key", "type": "authentication_error"}},
+            ),
+            JobNotFoundError: (404, {"error": {"message": "not found"}}),
+            JobStateConflictError: (
+                400,
+                {"error": {"message": "cannot be cancelled", "code": "job_not_cancellable"}},
+            ),
+            TransientPlatformError: (503, {"error": {"message": "overloaded"}}),
+            TrainingPlatformError: (402, {"error": {"message": "Insufficient balance"}}),
+        },
+        connection={"conn_type": "together", "password": "tg-secret"},
+        with_tags_in_job=lambda body, tags: {**body, together.TAGS_KEY: tags},
+    ),
+]
+IDS = [c.platform.conn_type for c in CASES]
+every_platform = pytest.mark.parametrize("case", CASES, ids=IDS)
+
+
+def test_every_registered_platform_has_a_conformance_row():
+    assert sorted(IDS) == sorted(PLATFORMS)
+
+
+# -- payloads and statuses -----------------------------------------------------------------------
+@every_platform
+def test_documented_payloads_parse(case):
+    dialect = case.platform.dialect()
+    assert dialect.validate_spec(case.spec) == case.spec
+    created = dialect.parse_created(case.created)
+    assert created.id == case.job_id and not created.is_terminal and created.platform == dialect.name
+    job = dialect.parse_job(case.job)
+    assert job.id == case.job_id and job.state is JobState.RUNNING
+    json.dumps(job.model_dump(mode="json"))  # XCom- and trigger-event-safe
+
+
+@every_platform
+def test_status_map_is_total_and_case_blind(case):
+    dialect = case.platform.dialect()
+    assert set(dialect.status_map) == set(case.terminal) | set(case.running)
+    for raw, state in case.terminal.items():
+        for spelling in (raw, raw.upper(), raw.capitalize(), f" {raw} "):
+            assert dialect.map_status(spelling) is state, spelling
+    for raw in case.running:
+        assert not dialect.map_status(raw.upper()).is_terminal
+
+
+@every_platform
+def test_unknown_status_keeps_polling_and_is_logged_once(case, caplog):
+    dialect = case.platform.dialect()
+    with caplog.at_level(logging.WARNING):
+        states = [dialect.map_status(f"brand_new_{case.platform.conn_type}") for _ in range(3)]
+    assert states == [JobState.RUNNING] * 3
+    assert len([r for r in caplog.records if "unknown job status" in r.getMessage()]) == 1
+
+
+# -- errors ----------------------------------------------------------------------------------------
+@every_platform
+def test_errors_fall_into_the_provider_error_kinds(case):
+    dialect = case.platform.dialect()
+    for kind, (status, body) in case.errors.items():
+        err = dialect.classify_error(status, {}, body, json.dumps(body))
+        assert type(err) is kind, (status, body, err)
+        assert err.message and err.status == status
+    throttled = dialect.classify_error(429, {"Retry-After": "4"}, {}, "")
+    assert (
+        isinstance(throttled, TransientPlatformError) and throttled.retry_after == 4.0 and not throttled.sent
+    )
+
+
+# -- requests --------------------------------------------------------------------------------------
+@every_platform
+def test_requests_are_authenticated_and_create_is_not_resent_blindly(case):
+    dialect = case.platform.dialect()
+    conn = PlatformConnection.resolve(_connection(case))
+    create = dialect.create_request(case.spec)
+    assert not create.idempotent
+    for request in (
+        create,
+        dialect.get_request(case.job_id),
+        dialect.cancel_request(case.job_id, CancelRequest()),
+    ):
+        http = prepare_request(dialect, conn.base_url, request, conn.credentials)
+        assert http.headers.get("Authorization"), request
+        assert http.url.startswith(case.platform.default_base_url)
+        assert json.loads(http.body or b"null") == request.body
+    assert dialect.get_request(case.job_id).idempotent
+
+
+@every_platform
+def test_identity_tags_round_trip(case):
+    dialect = case.platform.dialect()
+    tags = ["airflow-dag:d", "airflow-try:2"]
+    tagged = dialect.with_tags(case.spec, tags)
+    assert dialect.validate_spec(tagged) and tagged is not case.spec
+    assert dialect.parse_job(case.with_tags_in_job(case.job, tags)).tags == tags
+
+
+@every_platform
+def test_cancel_flags_say_what_the_platform_will_do(case):
+    dialect = case.platform.dialect()
+    caps = dialect.capabilities
+    effective = dialect.effective_cancel(
+        CancelRequest(create_final_checkpoint=True, preserve_checkpoints=False)
+    )
+    assert effective.create_final_checkpoint is caps.final_checkpoint_on_cancel
+    assert effective.preserve_checkpoints is not caps.preserve_checkpoints_flag
+
+
+# -- registration ----------------------------------------------------------------------------------
+@every_platform
+def test_platform_is_registered_with_a_hook_form_and_integration(case):
+    platform = case.platform
+    hook = PLATFORM_HOOKS[platform.conn_type]
+    assert hook.__name__ == platform.hook_class_name and hook.conn_type == platform.conn_type
+    assert hook().conn_id == platform.default_conn_id
+    info = get_provider_info()
+    (entry,) = [c for c in info["connection-types"] if c["connection-type"] == platform.conn_type]
+    assert entry["hook-class-name"] == f"airflow_training_provider.hooks.training.{hook.__name__}"
+    assert entry["ui-field-behaviour"]["hidden-fields"] == hook.get_ui_field_behaviour()["hidden_fields"]
+    assert {
+        "integration-name": platform.display_name,
+        "external-doc-url": platform.docs_url,
+        "tags": ["service"],
+    } in (info["integrations"])
+    assert all(
+        platform.display_name in [m["integration-name"] for m in info[kind]]
+        for kind in ("operators", "sensors", "hooks", "triggers")
+    )
+
+
+@every_platform
+def test_a_connection_missing_a_credential_is_refused_naming_it(case):
+    conn = _connection(case)
+    resolved = PlatformConnection.resolve(conn)
+    assert resolved.base_url == case.platform.default_base_url
+    secret = case.connection.get("password")
+    assert secret not in repr(resolved) and secret not in repr(resolved.credentials)
+    for source in case.platform.required_credentials:
+        field_name = case.platform.credentials[source]
+        broken = _connection(case, **{field_name: None})
+        with pytest.raises(PlatformAuthError, match=field_name):
+            PlatformConnection.resolve(broken)
+
+
+def _connection(case: Case, **override: Any):
+    from airflow.sdk.definitions.connection import Connection
+
+    values = {**case.connection, **override}
+    extra = values.pop("extra", None)
+    return Connection(
+        conn_id=f"{case.platform.conn_type}_t", extra=json.dumps(extra) if extra else None, **values
+    )

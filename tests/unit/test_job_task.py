@@ -1,0 +1,86 @@
+"""How a task ends from each wait outcome (= each trigger event kind), and parameter checking.
+No platform is reached: the connection id names no connection, so any call would fail loudly."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from airflow.sdk.exceptions import AirflowException, AirflowTaskTimeout
+
+from airflow_training_provider.job_task import LostContactWithPlatform, TrainingJobFailed
+from airflow_training_provider.lifecycle.waiting import DeadlineReached, JobFinished, LostContact, PollFailed
+from airflow_training_provider.models import JobState, TrainingJob
+from airflow_training_provider.operators.training_job import SubmitTrainingJobOperator
+from airflow_training_provider.sensors.training_job import TrainingJobSensor
+from airflow_training_provider.testing.inprocess import task_context
+
+NO_CONN = "no_such_connection"
+
+
+def job(state: JobState, message: str | None = None) -> TrainingJob:
+    return TrainingJob(id="j1", platform="tensorone", state=state, raw_status=state.value, message=message)
+
+
+def operator(**kwargs) -> SubmitTrainingJobOperator:
+    return SubmitTrainingJobOperator(task_id="t", conn_id=NO_CONN, spec={"name": "n"}, **kwargs)
+
+
+def complete(op, outcome):
+    return op.execute_complete(task_context(op), outcome.model_dump(mode="json"))
+
+
+def test_a_succeeded_job_is_the_return_value():
+    result = complete(operator(), JobFinished(job_id="j1", job=job(JobState.SUCCEEDED)))
+    assert result["id"] == "j1" and result["state"] == "succeeded"
+
+
+@pytest.mark.parametrize(
+    ("state", "message", "expected"),
+    [
+        (JobState.FAILED, "CUDA out of memory", "Training job j1 failed: CUDA out of memory"),
+        (
+            JobState.CANCELLED,
+            "billing_limit: no money",
+            "was cancelled outside Airflow (billing_limit: no money)",
+        ),
+    ],
+)
+def test_a_failed_or_outside_cancelled_job_fails_the_task_saying_why(state, message, expected):
+    with pytest.raises(TrainingJobFailed, match=expected.replace("(", r"\(").replace(")", r"\)")):
+        complete(operator(), JobFinished(job_id="j1", job=job(state, message)))
+
+
+def test_lost_contact_fails_the_task_with_its_message():
+    with pytest.raises(LostContactWithPlatform, match="NOT cancelled"):
+        complete(operator(), LostContact(job_id="j1", message="Lost contact ... the job was NOT cancelled"))
+
+
+def test_a_refused_poll_fails_the_task_with_its_message():
+    with pytest.raises(AirflowException, match="job j1 not found"):
+        complete(
+            operator(), PollFailed(job_id="j1", message="Polling training job j1 failed: job j1 not found")
+        )
+
+
+def test_a_sensor_past_its_deadline_times_out_without_touching_the_job():
+    sensor = TrainingJobSensor(task_id="s", conn_id=NO_CONN, job_id="j1", deferrable=True)
+    outcome = DeadlineReached(job_id="j1", message="execution_timeout reached", job=job(JobState.RUNNING))
+    with pytest.raises(AirflowTaskTimeout, match="cancel_on_kill is off"):
+        complete(sensor, outcome)  # a cancel would need the (missing) connection
+
+
+def test_durations_take_timedeltas_and_bad_values_name_the_parameter():
+    op = operator(poll_interval=timedelta(seconds=2), outage_budget=timedelta(minutes=5), defer_timeout=90)
+    assert (op.polling.poll_interval, op.polling.outage_budget, op.defer_timeout) == (2.0, 300.0, 90.0)
+    with pytest.raises(ValueError, match="parameter 'poll_interval'"):
+        operator(poll_interval=0)
+    with pytest.raises(ValueError, match="parameter 'confirm_cancel_timeout'"):
+        operator(confirm_cancel_timeout="soon")
+    with pytest.raises(ValueError, match="parameter 'defer_timeout'"):
+        operator(defer_timeout=-5)
+
+
+def test_conn_id_is_required():
+    with pytest.raises(TypeError, match="conn_id"):
+        SubmitTrainingJobOperator(task_id="t", spec={})
