@@ -1,9 +1,9 @@
-"""FastAPI application of the local training platform.
+"""The local training platform as one ASGI application.
 
-``create_app(settings)`` mounts the platform routers (TensorOne v2 under ``/v2/training``, Together AI
-under ``/v1/fine-tunes`` with its own error body) over one
-:class:`~airflow_training_provider.local_platform.engine.TrainingEngine` and local-only endpoints
-(no auth):
+``create_app(settings)`` builds one sub-application per emulated platform
+(:data:`~.platforms.LOCAL_PLATFORMS`: TensorOne under ``/v2/training``, Together AI under
+``/v1/fine-tunes``...) over one :class:`~.engine.TrainingEngine`, each with its own routes, wire
+format and error rendering, and a control app with local-only endpoints (no auth):
 
 * ``GET /_local/health`` → ``{"status": "ok"}``
 * ``GET /_local/jobs`` → ``{"jobs": [full engine records]}`` (state history, cancel_requests with
@@ -12,71 +12,38 @@ under ``/v1/fine-tunes`` with its own error body) over one
 * ``GET /_local/settings`` → the effective settings (api key redacted)
 * ``POST|GET|DELETE /_local/faults`` → HTTP fault injection rules (see :mod:`.faults`)
 
-The engine starts in the app lifespan and is shut down (every trainer child killed) when it ends.
+The engine starts in the control app's lifespan and is shut down (every trainer child killed) when
+it ends. ``app.state`` (on the control app, and the returned app's ``state``) holds ``engine``,
+``settings`` and ``faults``.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import os
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 
-from airflow_training_provider.local_platform.engine import EngineConfig, JobNotFound, TrainingEngine
+from airflow_training_provider.local_platform.dispatch import PlatformDispatcher
+from airflow_training_provider.local_platform.engine import JobNotFound, TrainingEngine
 from airflow_training_provider.local_platform.errors import ApiError, install_error_handlers
 from airflow_training_provider.local_platform.faults import FaultInjector, FaultRule
-from airflow_training_provider.local_platform.formatting import new_request_id
-from airflow_training_provider.local_platform.routers import tensorone, together, together_wire
+from airflow_training_provider.local_platform.platforms import LOCAL_PLATFORMS, AppContext
+from airflow_training_provider.local_platform.settings import CommonSettings
 
 
-@dataclass
-class PlatformSettings:
-    """Server options.
-
-    data_dir: where job directories and checkpoints go (created if missing).
-    gpus: simulated GPUs (concurrent job slots). usd_per_gpu_hour: price (USD).
-    seconds_per_epoch: default trainer pacing (s) for jobs that do not set it.
-    grace_seconds: graceful-cancel grace before SIGKILL (s).
-    cancel_wait_seconds: how long a cancel request waits for the trainer to exit before answering (s).
-    cancel_delay_seconds: test option, every cancel sleeps this long before acting (s).
-    api_key: required API key; None accepts any non-empty key.
-    max_log_lines: trainer lines kept per job.
-    together_balance_usd: Together account balance (USD) shared by its jobs; None = unlimited.
-    """
-
-    data_dir: str
-    gpus: int = 1
-    usd_per_gpu_hour: float = 2.50
-    seconds_per_epoch: float = 1.0
-    grace_seconds: float = 10.0
-    cancel_wait_seconds: float = 5.0
-    cancel_delay_seconds: float = 0.0
-    api_key: str | None = None
-    max_log_lines: int = 2000
-    together_balance_usd: float | None = None
-
-    def engine_config(self) -> EngineConfig:
-        """The engine part of these settings."""
-        return EngineConfig(
-            data_dir=os.path.abspath(self.data_dir),
-            gpus=self.gpus,
-            usd_per_gpu_hour=self.usd_per_gpu_hour,
-            seconds_per_epoch=self.seconds_per_epoch,
-            grace_seconds=self.grace_seconds,
-            cancel_delay_seconds=self.cancel_delay_seconds,
-            max_log_lines=self.max_log_lines,
-        )
-
-
-def create_app(settings: PlatformSettings, engine: TrainingEngine | None = None) -> FastAPI:
-    """Build the app. ``engine`` defaults to a new engine from ``settings``; the app's lifespan starts it
-    and shuts it down (the engine is also reachable as ``app.state.engine``)."""
+def create_app(settings: CommonSettings, engine: TrainingEngine | None = None) -> PlatformDispatcher:
+    """Build the platform. ``engine`` defaults to a new engine from ``settings``."""
     engine = engine or TrainingEngine(settings.engine_config())
     faults = FaultInjector()
+    control = _control_app(engine, settings, faults)
+    context = AppContext(engine, settings, faults)
+    app = PlatformDispatcher([(p, p.build(context)) for p in LOCAL_PLATFORMS], control)
+    app.state = control.state
+    return app
 
+
+def _control_app(engine: TrainingEngine, settings: CommonSettings, faults: FaultInjector) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
         engine.start()
@@ -89,24 +56,7 @@ def create_app(settings: PlatformSettings, engine: TrainingEngine | None = None)
     app.state.engine = engine
     app.state.settings = settings
     app.state.faults = faults
-    install_error_handlers(app, [(together.PREFIX, together_wire.render_error)])
-    app.middleware("http")(faults.middleware)
-
-    @app.middleware("http")
-    async def _request_id(request: Request, call_next):
-        request.state.request_id = new_request_id()
-        response = await call_next(request)
-        response.headers["X-Request-ID"] = request.state.request_id
-        return response
-
-    app.include_router(
-        tensorone.build_router(
-            engine, api_key=settings.api_key, cancel_wait_seconds=settings.cancel_wait_seconds
-        )
-    )
-    app.include_router(
-        together.build_router(engine, api_key=settings.api_key, balance_usd=settings.together_balance_usd)
-    )
+    install_error_handlers(app)
 
     @app.get("/_local/health")
     def health() -> dict[str, str]:
@@ -114,9 +64,7 @@ def create_app(settings: PlatformSettings, engine: TrainingEngine | None = None)
 
     @app.get("/_local/settings")
     def show_settings() -> dict[str, Any]:
-        data = dataclasses.asdict(settings)
-        data["api_key"] = "***" if settings.api_key else None
-        return data
+        return settings.shown()
 
     @app.get("/_local/jobs")
     def all_jobs() -> dict[str, Any]:

@@ -1,12 +1,13 @@
 """Command line of the local training platform.
 
-``airflow-training-platform serve --host 127.0.0.1 --port 8080 --data-dir DIR [--gpus N]
-[--usd-per-gpu-hour X] [--seconds-per-epoch S] [--grace-seconds G] [--cancel-wait-seconds W]
-[--cancel-delay-seconds C] [--api-key K] [--together-balance-usd B] [--log-level info]``
+``airflow-training-platform serve --data-dir DIR [--host 127.0.0.1] [--port 8080] [--log-level info]``
+plus one flag per setting (``--gpus N``, ``--seconds-per-epoch S``, ``--api-key K``,
+``--together-balance-usd B``...): ``airflow-training-platform serve --help`` lists them, generated
+from :mod:`.settings`. Also ``python -m airflow_training_provider.local_platform.cli serve ...``.
 
-(also ``python -m airflow_training_provider.local_platform.cli serve ...``). Without ``--api-key`` the key
-is read from ``$AIRFLOW_TRAINING_PLATFORM_API_KEY``; if that is unset too, any non-empty key is accepted.
-SIGTERM / SIGINT shut the server down cleanly, killing every trainer child.
+Without ``--api-key`` the key is read from ``$AIRFLOW_TRAINING_PLATFORM_API_KEY``; if that is unset
+too, any non-empty key is accepted. SIGTERM / SIGINT shut the server down cleanly, killing every
+trainer child.
 """
 
 from __future__ import annotations
@@ -15,66 +16,73 @@ import argparse
 import os
 import signal
 import sys
+import types
+import typing
+from typing import Any
 
-API_KEY_ENV = "AIRFLOW_TRAINING_PLATFORM_API_KEY"
+from pydantic import ValidationError
+
+from airflow_training_provider.local_platform.settings import API_KEY_ENV, PlatformSettings
+
+SERVER_OPTIONS = {"host": "127.0.0.1", "port": 8080, "log_level": "info"}
+"""Options of the HTTP server itself (not platform settings)."""
+LOG_LEVELS = ["critical", "error", "warning", "info", "debug"]
+
+
+def flag(name: str) -> str:
+    """``seconds_per_epoch`` → ``--seconds-per-epoch``."""
+    return "--" + name.replace("_", "-")
+
+
+def _value_type(annotation: Any) -> Any:
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        annotation = next(a for a in typing.get_args(annotation) if a is not type(None))
+    return annotation if annotation in (int, float, str) else str
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argparse parser (``serve`` subcommand)."""
+    """The argparse parser (``serve`` subcommand): server options plus one flag per setting."""
     parser = argparse.ArgumentParser(prog="airflow-training-platform", description="Local training platform")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the HTTP server")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8080)
-    serve.add_argument("--data-dir", required=True, help="job directories and checkpoints go here")
-    serve.add_argument(
-        "--gpus", type=int, default=1, help="simulated GPUs = concurrent job slots (default 1)"
-    )
-    serve.add_argument("--usd-per-gpu-hour", type=float, default=2.50, help="price in USD (default 2.50)")
-    serve.add_argument(
-        "--seconds-per-epoch", type=float, default=1.0, help="default epoch pacing (s, default 1)"
-    )
-    serve.add_argument("--grace-seconds", type=float, default=10.0, help="graceful cancel before SIGKILL (s)")
-    serve.add_argument(
-        "--cancel-wait-seconds", type=float, default=5.0, help="cancel request waits this long (s)"
-    )
-    serve.add_argument("--cancel-delay-seconds", type=float, default=0.0, help="test: slow every cancel (s)")
-    serve.add_argument("--api-key", default=None, help=f"required API key (default ${API_KEY_ENV})")
-    serve.add_argument("--max-log-lines", type=int, default=2000, help="trainer lines kept per job")
-    serve.add_argument(
-        "--together-balance-usd",
-        type=float,
-        default=None,
-        help="Together account balance in USD; jobs are cancelled (billing_limit) when it runs out "
-        "(default unlimited)",
-    )
-    serve.add_argument(
-        "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
-    )
+    serve.add_argument("--host", default=SERVER_OPTIONS["host"])
+    serve.add_argument("--port", type=int, default=SERVER_OPTIONS["port"])
+    serve.add_argument("--log-level", default=SERVER_OPTIONS["log_level"], choices=LOG_LEVELS)
+    for name, field in PlatformSettings.model_fields.items():
+        required = field.is_required()
+        default = None if required else field.default
+        suffix = "" if required or default is None else f" (default {default})"
+        serve.add_argument(
+            flag(name),
+            dest=name,
+            type=_value_type(field.annotation),
+            required=required,
+            default=default,
+            help=(field.description or "") + suffix,
+        )
     return parser
+
+
+def settings_from(args: argparse.Namespace) -> Any:
+    """The :data:`PlatformSettings` named by parsed ``args``. :raises ValidationError: a bad value."""
+    values = {name: getattr(args, name) for name in PlatformSettings.model_fields}
+    values["data_dir"] = os.path.abspath(values["data_dir"])
+    values["api_key"] = values["api_key"] or os.environ.get(API_KEY_ENV) or None
+    return PlatformSettings(**values)
 
 
 def serve(args: argparse.Namespace) -> int:
     """Run uvicorn until SIGTERM/SIGINT; returns the exit code."""
     import uvicorn
 
-    from airflow_training_provider.local_platform.app import PlatformSettings, create_app
+    from airflow_training_provider.local_platform.app import create_app
 
-    if args.gpus < 1:
-        print("--gpus must be >= 1", file=sys.stderr)
+    try:
+        settings = settings_from(args)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        print(f"{flag(str(err['loc'][0]))}: {err['msg']}", file=sys.stderr)
         return 2
-    settings = PlatformSettings(
-        data_dir=os.path.abspath(args.data_dir),
-        gpus=args.gpus,
-        usd_per_gpu_hour=args.usd_per_gpu_hour,
-        seconds_per_epoch=args.seconds_per_epoch,
-        grace_seconds=args.grace_seconds,
-        cancel_wait_seconds=args.cancel_wait_seconds,
-        cancel_delay_seconds=args.cancel_delay_seconds,
-        api_key=args.api_key or os.environ.get(API_KEY_ENV) or None,
-        max_log_lines=args.max_log_lines,
-        together_balance_usd=args.together_balance_usd,
-    )
     os.makedirs(settings.data_dir, exist_ok=True)
     app = create_app(settings)
     config = uvicorn.Config(

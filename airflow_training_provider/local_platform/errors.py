@@ -1,12 +1,12 @@
-"""API errors and the envelope every local-platform endpoint answers errors with.
+"""API errors of the local platform and how each sub-application renders them.
 
-The envelope is TensorOne's (platforms.md §1.7), used as the platform-wide default::
+Handlers raise :class:`ApiError`; each platform's sub-application renders it in that platform's
+wire format with its own :data:`Renderer` (:func:`install_error_handlers`). The default renderer,
+used by TensorOne and the ``/_local`` endpoints, is TensorOne's envelope
+(``docs/platforms/tensorone.md``)::
 
     {"error": CODE, "message": str, "code": http_status, "details": {...},
      "request_id": "req_...", "timestamp": ISO-8601}
-
-Routers for platforms with another error shape register their own renderer for their path prefix
-with :func:`install_error_handlers`.
 """
 
 from __future__ import annotations
@@ -91,17 +91,10 @@ def _field_of(loc: tuple | list) -> str:
     return ".".join(parts) or (str(loc[0]) if loc else "body")
 
 
-def install_error_handlers(app: FastAPI, renderers: list[tuple[str, Renderer]] | None = None) -> None:
-    """Route every error (ApiError, request validation, HTTP errors, unhandled exceptions) through the
-    renderer whose path prefix matches (first match), else :func:`render_envelope`. FastAPI's 422 request
-    validation errors become 400 VALIDATION_ERROR with ``details.field`` naming the first bad field."""
-    table = list(renderers or [])
-
-    def render(request: Request, err: ApiError) -> JSONResponse:
-        for prefix, renderer in table:
-            if request.url.path.startswith(prefix):
-                return renderer(request, err)
-        return render_envelope(request, err)
+def install_error_handlers(app: FastAPI, render: Renderer = render_envelope) -> None:
+    """Route every error of ``app`` (ApiError, request validation, HTTP errors, unhandled exceptions)
+    through ``render``. FastAPI's 422 request validation errors become 400 VALIDATION_ERROR with
+    ``details.field`` naming the first bad field."""
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:

@@ -1,12 +1,16 @@
 """HTTP fault injection for tests of clients' retry / idempotency logic (local-only).
 
 Rules are added with ``POST /_local/faults`` (body = :class:`FaultRule` fields), listed with
-``GET /_local/faults`` and cleared with ``DELETE /_local/faults`` (``?path_prefix=P``: only P's rules). A rule matches requests by method and path
-prefix (``/_local`` paths are never faulted) and fires ``count`` times (-1 = forever):
+``GET /_local/faults`` and cleared with ``DELETE /_local/faults`` (``?path_prefix=P``: only P's
+rules). A rule matches requests by method and path prefix, and optionally by a header value
+(``header``/``header_value``, e.g. AWS's ``X-Amz-Target``) and a text in the body
+(``body_contains``, e.g. a job name), so an RPC-style API with one path can be faulted per call
+and per job. ``/_local`` paths are never faulted. A rule fires ``count`` times (-1 = forever):
 
 * ``delay_seconds``: sleep before answering (simulates a slow platform / client timeouts);
-* ``status``: answer with this HTTP status and the error envelope instead of the real response
-  (``Retry-After`` header if ``retry_after`` is set);
+* ``status``: answer with this HTTP status and an error in the platform's own format instead of the
+  real response (``code`` is its error code, e.g. ``ThrottlingException``; ``Retry-After`` header if
+  ``retry_after`` is set);
 * ``phase``: ``"before"`` (default) the request never reaches the handler; ``"after"`` the handler runs
   (the job *is* created / cancelled) but the client gets the error, i.e. a lost response;
 * ``body``: answer with this raw text instead (status ``status`` or 200), e.g. a malformed
@@ -23,7 +27,7 @@ from fastapi import Request
 from pydantic import BaseModel, Field
 from starlette.responses import Response
 
-from airflow_training_provider.local_platform.errors import ApiError, render_envelope
+from airflow_training_provider.local_platform.errors import ApiError, Renderer
 
 
 class FaultRule(BaseModel):
@@ -37,8 +41,21 @@ class FaultRule(BaseModel):
     retry_after: float | None = None
     phase: Literal["before", "after"] = "before"
     message: str = "Injected fault"
+    code: str | None = None
     body: str | None = None
+    header: str | None = None
+    header_value: str | None = None
+    body_contains: str | None = None
     fired: int = 0
+
+    def matches(self, method: str, path: str, headers: Any, body: bytes) -> bool:
+        if self.count == 0 or (self.method and self.method.upper() != method):
+            return False
+        if not path.startswith(self.path_prefix):
+            return False
+        if self.header and (headers.get(self.header) or "") != (self.header_value or ""):
+            return False
+        return not self.body_contains or self.body_contains.encode() in body
 
 
 class FaultInjector:
@@ -64,16 +81,12 @@ class FaultInjector:
         with self._lock:
             self._rules = [r for r in self._rules if path_prefix is not None and r.path_prefix != path_prefix]
 
-    def _take(self, request: Request) -> FaultRule | None:
+    def _take(self, request: Request, body: bytes) -> FaultRule | None:
         if request.url.path.startswith("/_local"):
             return None
         with self._lock:
             for rule in self._rules:
-                if rule.count == 0:
-                    continue
-                if rule.method and rule.method.upper() != request.method:
-                    continue
-                if not request.url.path.startswith(rule.path_prefix):
+                if not rule.matches(request.method, request.url.path, request.headers, body):
                     continue
                 if rule.count > 0:
                     rule.count -= 1
@@ -81,11 +94,20 @@ class FaultInjector:
                 return rule.model_copy()
         return None
 
-    async def middleware(self, request: Request, call_next) -> Response:
-        """Starlette ``http`` middleware applying the first matching rule."""
-        rule = self._take(request)
-        if rule is None:
-            return await call_next(request)
+    def middleware(self, render: Renderer):
+        """A Starlette ``http`` middleware applying the first matching rule, rendering injected
+        errors with ``render`` (the platform's own error format)."""
+
+        async def apply(request: Request, call_next) -> Response:
+            needs_body = any(r.body_contains for r in self._rules)
+            rule = self._take(request, await request.body() if needs_body else b"")
+            if rule is None:
+                return await call_next(request)
+            return await self._apply(rule, request, call_next, render)
+
+        return apply
+
+    async def _apply(self, rule: FaultRule, request: Request, call_next, render: Renderer) -> Response:
         if rule.delay_seconds:
             await asyncio.sleep(rule.delay_seconds)
         if rule.body is not None:
@@ -97,6 +119,4 @@ class FaultInjector:
             async for _chunk in response.body_iterator:  # let the real response finish, then drop it
                 pass
         headers = {"Retry-After": str(int(rule.retry_after))} if rule.retry_after is not None else None
-        return render_envelope(
-            request, ApiError(rule.status, None, rule.message, {"injected": True}, headers)
-        )
+        return render(request, ApiError(rule.status, rule.code, rule.message, {"injected": True}, headers))

@@ -17,23 +17,15 @@ import time
 import urllib.request
 from typing import Any
 
-from airflow_training_provider.local_platform._proc import pdeathsig_preexec
+from airflow_training_provider.local_platform.cli import flag
+from airflow_training_provider.local_platform.engine._proc import pdeathsig_preexec
+from airflow_training_provider.local_platform.settings import PlatformSettings
 
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-OPTIONS = (
-    "gpus",
-    "usd_per_gpu_hour",
-    "seconds_per_epoch",
-    "grace_seconds",
-    "cancel_wait_seconds",
-    "cancel_delay_seconds",
-    "api_key",
-    "max_log_lines",
-    "together_balance_usd",
-    "log_level",
-)
-"""Keyword options accepted by :class:`LocalPlatformServer` (each becomes the matching ``--cli-flag``)."""
+OPTIONS = frozenset(PlatformSettings.model_fields) - {"data_dir"} | {"log_level"}
+"""Keyword options accepted by :class:`LocalPlatformServer`: every platform setting
+(:mod:`.settings`) and ``log_level``; each becomes its ``serve`` flag."""
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -50,7 +42,8 @@ class LocalPlatformServer:
     port: TCP port, default a free one. start_timeout: seconds to wait for ``/_local/health``.
     kill_on_parent_death: Linux PR_SET_PDEATHSIG so the server (and through it the trainers) dies with the
         creating *thread*; keep the default True unless you start the server from a short-lived thread.
-    options: see :data:`OPTIONS`, e.g. ``gpus=2, seconds_per_epoch=0.2, api_key="k"``.
+    options: see :data:`OPTIONS`, e.g. ``gpus=2, seconds_per_epoch=0.2, api_key="k",
+        together_balance_usd=0.01``.
 
     Attributes after start: ``url`` (``http://127.0.0.1:PORT``), ``pid``, ``port``, ``log_path``.
     Raises RuntimeError if the server exits or is not healthy within ``start_timeout``; TypeError for an
@@ -84,7 +77,7 @@ class LocalPlatformServer:
         argv += ["--host", "127.0.0.1", "--port", str(self.port), "--data-dir", self.data_dir]
         for key, value in self.options.items():
             if value is not None:
-                argv += [f"--{key.replace('_', '-')}", str(value)]
+                argv += [flag(key), str(value)]
         return argv
 
     def start(self) -> LocalPlatformServer:

@@ -27,7 +27,7 @@ def test_example_dag_trains_evaluates_and_promotes(airflow_env, platform):
     new = [j for j in platform_jobs(platform) if j["job_id"] not in before]
     assert len(new) == 1, "exactly one job submitted"
     job = new[0]
-    assert job["state"] == "completed"
+    assert job["state"] == "succeeded"
     record = json.loads((airflow_env.registry / "digits-classifier.json").read_text())
     assert record["job_id"] == job["job_id"]
     assert record["validation_accuracy"] >= 0.90
@@ -91,7 +91,7 @@ def test_together_finetune_example_succeeds_with_events_once_in_order(airflow_en
     out = run.stdout + run.stderr
     assert run.returncode == 0, out[-5000:]
     job = together_jobs(platform, "digits-")[-1]
-    assert job["state"] == "completed"
+    assert job["state"] == "succeeded"
     # "Platform event <created_at> [<type>] <message>": the event's own identity, not the log line's
     keys = [line[line.index("Platform event") :].split("]")[0] for line in event_lines(out)]
     types = [key.rsplit("[", 1)[1] for key in keys]
@@ -138,7 +138,7 @@ def test_sensor_waits_deferred_for_an_existing_job(airflow_env, platform):
     assert run.returncode == 0, out[-3000:]
     assert "TrainingJobTrigger" in out  # it waited deferred
     assert f"Training job {job_id} succeeded" in out
-    assert next(j for j in platform_jobs(platform) if j["job_id"] == job_id)["state"] == "completed"
+    assert next(j for j in platform_jobs(platform) if j["job_id"] == job_id)["state"] == "succeeded"
 
 
 def test_sensor_fails_on_a_failed_job(airflow_env, platform):

@@ -476,7 +476,7 @@ def k13b_worker_crash_adopt(stack, platform, flavor: Flavor) -> Outcome:
     dag = flavor.dag("kp_worker_crash_adopt")
     run_id, job = _start_running(stack, platform, dag)
     _kill_worker(stack, dag, run_id)
-    platform.wait_job(job["job_id"], {"completed"}, timeout=120)
+    platform.wait_job(job["job_id"], {"succeeded"}, timeout=120)
     ti = stack.wait_ti(dag, run_id, "train", {"success", "failed"}, timeout=180)
     return _finish(
         stack,

@@ -119,7 +119,7 @@ def test_k6_defer_timeout_cancels(outcome):
 @scenario("k7_triggerer_restart")
 def test_k7_triggerer_restart_never_cancels(outcome):
     assert outcome.cancels == [] and outcome.submits == 1
-    assert outcome.jobs[0]["state"] == "completed" and outcome.ti_state == "success"
+    assert outcome.jobs[0]["state"] == "succeeded" and outcome.ti_state == "success"
 
 
 @ALL
@@ -128,7 +128,7 @@ def test_k8_reassigned_trigger_is_not_cancelled(outcome):
     assert outcome.notes["taken_by"] != outcome.notes["owner_job"]
     assert outcome.notes["state_after_wake"] == "running"
     assert outcome.cancels == [] and outcome.submits == 1
-    assert outcome.ti_state == "success" and outcome.jobs[0]["state"] == "completed"
+    assert outcome.ti_state == "success" and outcome.jobs[0]["state"] == "succeeded"
 
 
 @ALL
@@ -183,7 +183,7 @@ def test_k13b_worker_crash_retry_adopts_finished_job(outcome):
 def test_k14_transient_polling_errors_are_not_job_failures(outcome):
     assert outcome.notes["fired"] == [1, 1, 1, 1], "every fault was hit"
     assert outcome.submits == 1 and outcome.cancels == []
-    assert outcome.ti_state == "success" and outcome.jobs[0]["state"] == "completed"
+    assert outcome.ti_state == "success" and outcome.jobs[0]["state"] == "succeeded"
 
 
 @ALL

@@ -5,7 +5,7 @@ submits the long-lived jobs up front; the tests then wait for the states they as
 
 * server ``main``: 5 GPUs, api key, jobs: ``complete`` (digits, defaults), ``bad_lr`` (OpenAPI shape,
   negative learning rate), ``cancel_final`` / ``cancel_nopreserve`` / ``cancel_force`` (long runs).
-* server ``single``: 1 GPU, any key, ``cancel_wait_seconds=0``; jobs ``q1``, ``q2`` (queued behind q1),
+* server ``single``: 1 GPU, any key, ``tensorone_cancel_wait_seconds=0``; jobs ``q1``, ``q2`` (queued behind q1),
   ``slow_stop`` (long, slow final checkpoint) and ``q3`` (queued behind slow_stop until it is cancelled).
 """
 
@@ -28,7 +28,7 @@ def platforms(tmp_path_factory: pytest.TempPathFactory):
         gpus=5,
         seconds_per_epoch=0.2,
         grace_seconds=10,
-        cancel_wait_seconds=8,
+        tensorone_cancel_wait_seconds=8,
         api_key=API_KEY,
         log_level="warning",
     ).start()
@@ -36,7 +36,7 @@ def platforms(tmp_path_factory: pytest.TempPathFactory):
         str(tmp_path_factory.mktemp("single")),
         gpus=1,
         seconds_per_epoch=0.2,
-        cancel_wait_seconds=0,
+        tensorone_cancel_wait_seconds=0,
         log_level="warning",
     )
     try:

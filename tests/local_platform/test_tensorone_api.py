@@ -101,7 +101,7 @@ def test_job_trains_to_completion_with_a_checkpoint_per_epoch(main):
     assert job["tags"] == ["suite", "complete"]
 
     rec = main.record(job_id)
-    assert [h["state"] for h in rec["state_history"]] == ["queued", "initializing", "running", "completed"]
+    assert [h["state"] for h in rec["state_history"]] == ["queued", "starting", "running", "succeeded"]
     assert checkpoint_files(rec) == sorted(f"ckpt_epoch_{n}.joblib" for n in range(1, 11))
     wall = rec["finished_at"] - rec["started_at"]
     assert rec["cost"]["wall_seconds"] == pytest.approx(wall)
@@ -152,7 +152,7 @@ def test_cancel_with_final_checkpoint(main):
     final = [c for c in job["checkpoints"] if c["checkpointId"] == "ckpt_final"]
     assert final and final[0]["type"] == "final" and os.path.isfile(final[0]["path"])
     rec = main.record(job_id)
-    assert [h["state"] for h in rec["state_history"]][-2:] == ["cancelling", "cancelled"]
+    assert [h["state"] for h in rec["state_history"]][-2:] == ["stopping", "cancelled"]
     (request,) = rec["cancel_requests"]
     assert request["create_final_checkpoint"] is True and request["received_at"] <= rec["finished_at"]
     assert "ckpt_final.joblib" in checkpoint_files(rec)
@@ -194,7 +194,7 @@ def test_cancel_during_start_up_is_prompt_and_writes_no_checkpoint(main):
     assert body["status"] == "cancelled"
     assert body["cancellationDetails"]["finalCheckpointCreated"] is False
     rec = main.record(job_id)
-    assert rec["cancel_requests"][0]["state_at_request"] == "initializing"
+    assert rec["cancel_requests"][0]["state_at_request"] == "starting"
     assert rec["finished_at"] - rec["cancel_requests"][0]["received_at"] < 3
     assert checkpoint_files(rec) == [] and rec["running_at"] is None
 

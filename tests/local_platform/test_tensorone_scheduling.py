@@ -1,4 +1,4 @@
-"""Slots, queueing, slow cancels and parent-death on the single-GPU server (``cancel_wait_seconds=0``).
+"""Slots, queueing, slow cancels and parent-death on the single-GPU server (``tensorone_cancel_wait_seconds=0``).
 
 Runs after test_tensorone_api.py (file order), whose tests cancel their long jobs early."""
 
@@ -22,8 +22,8 @@ def test_second_job_is_queued_while_the_only_gpu_is_busy(single):
     assert single.wait_terminal(q1)["status"] == "completed"
     assert single.wait_terminal(q2)["status"] == "completed"
     rec1, rec2 = single.record(q1), single.record(q2)
-    assert _states(rec2) == ["queued", "initializing", "running", "completed"]
-    started_q2 = next(h["at"] for h in rec2["state_history"] if h["state"] == "initializing")
+    assert _states(rec2) == ["queued", "starting", "running", "succeeded"]
+    started_q2 = next(h["at"] for h in rec2["state_history"] if h["state"] == "starting")
     assert started_q2 >= rec1["finished_at"]
 
 
@@ -56,7 +56,7 @@ def test_cancel_answers_cancelling_when_the_trainer_is_still_stopping(single):
     assert job["status"] == "cancelled"
     assert job["message"] == "stop"
     assert job["cancellationDetails"]["finalCheckpointId"] == "ckpt_final"
-    assert "cancelling" in [h["state"] for h in single.record(job_id)["state_history"]]
+    assert "stopping" in [h["state"] for h in single.record(job_id)["state_history"]]
 
 
 def test_killing_the_server_kills_its_trainers(single):

@@ -38,7 +38,7 @@ SUCCESS_EVENTS = [
     "model_uploading",
     "job_complete",
 ]
-ENGINE_TO_STATUS = {"initializing": "running", "cancelling": "cancel_requested", "failed": "error"}
+ENGINE_TO_STATUS = {"starting": "running", "stopping": "cancel_requested", "failed": "error", "succeeded": "completed"}
 
 
 class Together:
@@ -257,13 +257,13 @@ def test_cancel_goes_through_cancel_requested_to_cancelled(together):
     job = together.wait_terminal(job_id)
     assert job["status"] == "cancelled"
     types = _types(job["events"])
-    # lines the trainer wrote before the signal may still land after cancel_requested (§3.6 shows it too)
+    # lines the trainer wrote before the signal may still land after cancel_requested (Together documents it too)
     cancel = types.index("cancel_requested")
     assert types[-1] == "job_stopped" and types.count("cancel_requested") == 1
     assert set(types[cancel + 1 : -1]) <= {"epoch_complete", "checkpoint_save", "training_start"}
     assert job["events"][cancel]["message"] == "Cancel requested by user"
     rec = together.record(job_id)
-    assert "cancelling" in [h["state"] for h in rec["state_history"]]
+    assert "stopping" in [h["state"] for h in rec["state_history"]]
     assert rec["cancel"]["initiator"] == "user"
     parsed = D.parse_job(job)
     assert parsed.state is JobState.CANCELLED and parsed.message == "Cancel requested by user"
@@ -273,7 +273,7 @@ def test_cancel_goes_through_cancel_requested_to_cancelled(together):
     assert again.status_code == 400
     assert again.json()["error"]["code"] == "job_not_cancellable"
     assert "already cancelled" in again.json()["error"]["message"]
-    assert isinstance(D.parse_error(400, again.json()), JobStateConflictError)
+    assert isinstance(D.classify_error(400, {}, again.json()), JobStateConflictError)
 
 
 def test_cancel_before_start_is_immediate(together):
@@ -305,7 +305,7 @@ def test_bad_wandb_key_cancels_the_job(together):
     rec = together.record(job_id)
     assert rec["cancel"]["initiator"] == "platform"
     assert [r["initiator"] for r in rec["cancel_requests"]] == ["platform"]
-    assert "cancelling" in [h["state"] for h in rec["state_history"]]
+    assert "stopping" in [h["state"] for h in rec["state_history"]]
 
     parsed = D.parse_job(job)
     assert parsed.state is JobState.CANCELLED and "W&B login" in parsed.message

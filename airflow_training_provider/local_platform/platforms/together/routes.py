@@ -1,4 +1,4 @@
-"""Together AI fine-tuning API over the local engine (platforms.md §3).
+"""Together AI fine-tuning API over the local engine (``docs/platforms/together.md``).
 
 Endpoints (all need ``Authorization: Bearer <key>`` or ``Authorization: <key>``):
 
@@ -11,12 +11,12 @@ Endpoints (all need ``Authorization: Bearer <key>`` or ``Authorization: <key>``)
   while the trainer stops (then ``cancelled``), or ``cancelled`` for a job not started yet. A job that
   already ended is a **400** ``job_not_cancellable`` ("... cannot be cancelled: it is already
   completed"), not an unchanged 200: the caller can tell "nothing was cancelled" from "cancelled"
-  (the reference leaves this [UNCONFIRMED]; the provider's dialect reads it as a state conflict).
+  (Together does not document this answer; the provider's dialect reads it as a state conflict).
 * ``GET /v1/fine-tunes/{id}/events`` → ``{"data": [events]}``, oldest first, lower-case types
 * ``GET /v1/fine-tunes/{id}/checkpoints`` → ``{"data": [checkpoints]}``, lowest step first
 
 Lifecycle: ``pending`` → ``queued`` → ``running`` → ``compressing`` → ``uploading`` → ``completed``
-(engine: pending → queued → initializing/running → finalizing stages → completed). Events:
+(engine: pending → queued → starting/running → finalizing stages → succeeded). Events:
 ``job_pending, job_start, model_download_complete, training_data_download_complete, [wandb_init],
 training_start, (epoch_complete, checkpoint_save)..., training_complete, model_compressing,
 model_uploading, job_complete``. Platform-initiated cancels (a bad ``wandb_key``; the account balance,
@@ -39,7 +39,7 @@ from airflow_training_provider.local_platform.engine import (
     TrainingEngine,
 )
 from airflow_training_provider.local_platform.errors import ApiError
-from airflow_training_provider.local_platform.routers import together_wire as wire
+from airflow_training_provider.local_platform.platforms.together import wire
 
 PREFIX = "/v1/fine-tunes"
 USER_CANCEL_MESSAGE = "Cancel requested by user"

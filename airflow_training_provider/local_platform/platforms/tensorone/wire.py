@@ -1,6 +1,6 @@
 """TensorOne v2 training wire format ⇄ engine records (pure functions, no I/O).
 
-Wire contract: /work/shared/reference/platforms.md §1. Parsing raises
+Wire contract: ``docs/platforms/tensorone.md``. Parsing raises
 :class:`~airflow_training_provider.local_platform.errors.ApiError` 400 VALIDATION_ERROR with
 ``details.field`` naming the offending field (dotted wire path).
 """
@@ -18,6 +18,27 @@ from airflow_training_provider.local_platform.trainer import DATASETS
 
 PLATFORM = "tensorone"
 ID_PREFIX = "job_train_"
+
+STATUSES = ("queued", "initializing", "running", "paused", "cancelling", "completed", "failed", "cancelled")
+"""TensorOne's documented job statuses (``paused`` is never produced here)."""
+_STATUS = {
+    "pending": "queued",
+    "queued": "queued",
+    "starting": "initializing",
+    "running": "running",
+    "finalizing": "running",
+    "stopping": "cancelling",
+    "succeeded": "completed",
+    "failed": "failed",
+    "cancelled": "cancelled",
+}
+
+
+def status_of(rec_or_state: dict[str, Any] | str) -> str:
+    """TensorOne status of an engine record (or of a neutral engine state)."""
+    state = rec_or_state if isinstance(rec_or_state, str) else rec_or_state["state"]
+    return _STATUS[state]
+
 
 # trainer key -> (accepted names in config.training / hyperparameters, kind, lower bound, upper bound)
 _HYPER = {
@@ -227,13 +248,13 @@ def job_to_wire(
     """Engine record → TensorOne job object (get/list)."""
     p = rec["progress"]
     total_steps = p.get("total_steps") or 0
-    done = rec["state"] == "completed"
+    done = rec["state"] == "succeeded"
     percent = 100.0 if done else (round(100.0 * p["step"] / total_steps, 1) if total_steps else 0.0)
     hp = rec["hyperparameters"]
     out: dict[str, Any] = {
         "jobId": rec["job_id"],
         "name": rec["name"],
-        "status": rec["state"],
+        "status": status_of(rec),
         "description": rec["description"],
         "tags": rec["tags"],
         "progress": {
@@ -292,12 +313,12 @@ def job_to_wire(
 
 
 def create_response(rec: dict[str, Any]) -> dict[str, Any]:
-    """Engine record of a new job → create response (§1.3)."""
+    """Engine record of a new job → create response."""
     cost = rec["cost"]
     return {
         "jobId": rec["job_id"],
         "name": rec["name"],
-        "status": rec["state"],
+        "status": status_of(rec),
         "estimatedStartTime": iso(rec.get("estimated_start_at") or time.time()),
         "estimatedDuration": human_duration(rec["estimated_remaining_seconds"]),
         "estimatedCost": {
@@ -312,14 +333,14 @@ def create_response(rec: dict[str, Any]) -> dict[str, Any]:
 
 
 def cancel_response(rec: dict[str, Any]) -> dict[str, Any]:
-    """Engine record after a cancel → cancel response (§1.6)."""
+    """Engine record after a cancel → cancel response."""
     m, p, cost = rec["metrics"], rec["progress"], rec["cost"]
     details = cancellation_details(rec) or {}
     if rec["state"] != "cancelled":
         details.update(finalCheckpointCreated=False, finalCheckpointId=None, resourcesReleased=False)
     return {
         "jobId": rec["job_id"],
-        "status": rec["state"],
+        "status": status_of(rec),
         "cancellationDetails": details,
         "finalMetrics": {
             "finalEpoch": p.get("epoch", 0),

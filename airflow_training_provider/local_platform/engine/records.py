@@ -1,6 +1,7 @@
-"""Job records of the local training platform: state, trainer reports → progress/metrics/checkpoints/events,
-estimates and cost, and the plain-dict snapshot. No processes, no locking, no wire format (the engine
-holds its lock around every call here).
+"""Job records of the local training platform: neutral states, trainer reports → progress, metrics,
+checkpoints and events, time estimates, and the plain-dict snapshot. No processes, no locking, no
+wire format (the engine holds its lock around every call here; each platform's wire module maps the
+neutral states to its own names).
 
 Times are ``time.time()`` floats (unix seconds, UTC); money is USD; durations are seconds.
 """
@@ -15,25 +16,29 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_training_provider.local_platform.engine.checkpoints import add_checkpoint
+
 JOB_STATES = (
     "pending",
     "queued",
-    "initializing",
+    "starting",
     "running",
     "finalizing",
-    "cancelling",
-    "completed",
+    "stopping",
+    "succeeded",
     "failed",
     "cancelled",
 )
-"""Every job state, in lifecycle order. ``pending`` (accepted, not yet in the GPU queue) and ``finalizing``
-(trainer finished, post-processing stages running) only occur for specs that ask for them
-(:attr:`JobSpec.pending_seconds`, :attr:`JobSpec.finalize_stages`)."""
+"""Every job state, in lifecycle order (the provider's own lifecycle, plus ``finalizing``).
+``pending`` (accepted, not yet in the GPU queue) and ``finalizing`` (trainer finished,
+post-processing stages running) only occur for specs that ask for them
+(:attr:`JobSpec.pending_seconds`, :attr:`JobSpec.finalize_stages`). ``starting``: the trainer
+process is loading its data and model; ``stopping``: a cancel signalled it and it has not exited."""
 
-TERMINAL_STATES = frozenset({"completed", "failed", "cancelled"})
+TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
 """States a job never leaves."""
 
-LIVE_STATES = frozenset({"initializing", "running", "cancelling"})
+LIVE_STATES = frozenset({"starting", "running", "stopping"})
 """States in which the job's process exists (and holds its GPUs)."""
 
 
@@ -56,6 +61,12 @@ class JobSpec:
     cancel_on_start: if set, ``{"reason": str, "message"?: str, "events"?: [event...]}``: the platform
         cancels the job right after ``started_events`` (see :meth:`TrainingEngine.platform_cancel`), e.g. a
         start-up integration that failed.
+    stop_grace_seconds: after a graceful stop signal, seconds before the trainer is SIGKILLed (the
+        platform's own grace, e.g. SageMaker's 120 s); ``None`` = the engine's ``grace_seconds``.
+    max_runtime_seconds: the platform stops the job (like a cancel with a final checkpoint, initiator
+        ``"platform"``, reason ``max_runtime``) once its trainer has run this long; ``None`` = no limit.
+    job_id: the job's id when the client names it (a SageMaker job name); ``None`` = generated from
+        ``id_prefix``. Submitting an id that exists raises ``StateConflict``.
     """
 
     name: str
@@ -74,6 +85,9 @@ class JobSpec:
     finalize_stages: list[dict[str, Any]] = field(default_factory=list)
     started_events: list[dict[str, Any]] = field(default_factory=list)
     cancel_on_start: dict[str, Any] | None = None
+    stop_grace_seconds: float | None = None
+    max_runtime_seconds: float | None = None
+    job_id: str | None = None
 
 
 @dataclass
@@ -136,9 +150,9 @@ class JobRecord:
             {"type": type_, "message": message, "level": level, "created_at": created_at, **extra}
         )
 
-    def finish(self, state: str, error: str | None = None) -> None:
-        """Enter terminal ``state`` (recording ``error`` if given) and release waiters."""
-        self.finished_at = time.time()
+    def finish(self, state: str, error: str | None = None, at: float | None = None) -> None:
+        """Enter terminal ``state`` at ``at`` (default now), recording ``error`` if given; release waiters."""
+        self.finished_at = time.time() if at is None else at
         self.advance_at = None
         if error is not None:
             self.error = error
@@ -151,7 +165,7 @@ class JobRecord:
         kind = msg.get("type")
         now = time.time()
         progress = self.progress
-        if kind in ("step", "epoch") and self.state == "initializing":
+        if kind in ("step", "epoch") and self.state == "starting":
             self.running_at = now
             self.set_state("running", now)
             self.add_event("training_start", "Training started")
@@ -189,7 +203,7 @@ class JobRecord:
                 step=msg["step"],
             )
         elif kind == "checkpoint":
-            self._add_checkpoint(msg, now)
+            add_checkpoint(self, msg, now)
         elif kind == "completed":
             self.completed_seen = True
             self.add_event("training_complete", "Training complete", step=msg.get("step"))
@@ -197,29 +211,6 @@ class JobRecord:
             self.stopped_seen = msg
         elif kind == "error":
             self.trainer_error = str(msg.get("message") or "trainer error")
-
-    def _add_checkpoint(self, msg: dict[str, Any], now: float) -> None:
-        ckpt = {
-            "checkpoint_id": msg["checkpoint_id"],
-            "path": msg["path"],
-            "epoch": msg["epoch"],
-            "step": msg["step"],
-            "kind": msg.get("kind", "automatic"),
-            "size_bytes": msg.get("size_bytes", 0),
-            "metrics": msg.get("metrics") or {},
-            "created_at": now,
-        }
-        self.checkpoints = [c for c in self.checkpoints if c["checkpoint_id"] != ckpt["checkpoint_id"]]
-        self.checkpoints.append(ckpt)
-        if ckpt["kind"] == "final":
-            self.final_checkpoint_id = ckpt["checkpoint_id"]
-        self.add_event(
-            "checkpoint_save",
-            f"Checkpoint {ckpt['checkpoint_id']} saved",
-            step=ckpt["step"],
-            epoch=ckpt["epoch"],
-            checkpoint_path=ckpt["path"],
-        )
 
     # ------------------------------------------------------------------------- estimates, snapshot
     def remaining_seconds(self, startup_estimate: float, now: float | None = None) -> float:
@@ -241,24 +232,6 @@ class JobRecord:
             return max(0.0, startup_estimate - elapsed) + epochs_left * pacing
         rate = max(1e-9, (p.get("step_at", now) - p["training_started_at"]) / (p["step"] - p["start_step"]))
         return max(0.0, rate * (p["total_steps"] - p["step"]))
-
-    def cost(
-        self, usd_per_gpu_hour: float, remaining_seconds: float, now: float | None = None
-    ) -> dict[str, float]:
-        """``{wall_seconds, gpu_seconds, current_usd, estimated_total_usd, usd_per_gpu_hour}``: cost is
-        usd_per_gpu_hour x gpu_count x process wall seconds (initializing → exit, or now) / 3600. Finalizing
-        stages after the exit hold no GPU and cost nothing."""
-        now = time.time() if now is None else now
-        end = self.exited_at or self.finished_at or now
-        wall = (end - self.started_at) if self.started_at else 0.0
-        usd_per_second = usd_per_gpu_hour * self.spec.gpu_count / 3600.0
-        return {
-            "wall_seconds": wall,
-            "gpu_seconds": wall * self.spec.gpu_count,
-            "current_usd": usd_per_second * wall,
-            "estimated_total_usd": usd_per_second * (wall + remaining_seconds),
-            "usd_per_gpu_hour": usd_per_gpu_hour,
-        }
 
     def snapshot(self, **computed: Any) -> dict[str, Any]:
         """Deep plain-dict copy. Keys: job_id, platform, name, tags, labels, description, dataset,

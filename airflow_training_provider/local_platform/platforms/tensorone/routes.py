@@ -1,4 +1,4 @@
-"""TensorOne v2 training REST API over the local engine (platforms.md §1).
+"""TensorOne v2 training REST API over the local engine (``docs/platforms/tensorone.md``).
 
 Endpoints (all need ``Authorization: Bearer <key>`` or ``Authorization: <key>``):
 
@@ -19,14 +19,13 @@ from fastapi import APIRouter, Body, Depends, Path, Query
 
 from airflow_training_provider.local_platform.auth import bearer_auth
 from airflow_training_provider.local_platform.engine import (
-    JOB_STATES,
     InvalidJobSpec,
     JobNotFound,
     StateConflict,
     TrainingEngine,
 )
 from airflow_training_provider.local_platform.errors import ApiError
-from airflow_training_provider.local_platform.routers import tensorone_wire as wire
+from airflow_training_provider.local_platform.platforms.tensorone import wire
 
 PREFIX = "/v2/training"
 
@@ -75,19 +74,19 @@ def build_router(
         includeMetrics: bool = True,
     ) -> dict[str, Any]:
         wanted = {s.strip() for value in status or [] for s in value.split(",") if s.strip()}
-        unknown = sorted(wanted - set(JOB_STATES))
+        unknown = sorted(wanted - set(wire.STATUSES))
         if unknown:
             raise ApiError(
                 400,
                 "VALIDATION_ERROR",
                 f"Invalid value for 'status': {unknown}",
-                {"field": "status", "allowed": list(JOB_STATES)},
+                {"field": "status", "allowed": list(wire.STATUSES)},
             )
         tags = set(tag or [])
         recs = [
             r
             for r in reversed(engine.list(platform=wire.PLATFORM))
-            if (not wanted or r["state"] in wanted) and tags.issubset(r["tags"])
+            if (not wanted or wire.status_of(r) in wanted) and tags.issubset(r["tags"])
         ]
         page = recs[offset : offset + limit]
         return {
@@ -119,8 +118,8 @@ def build_router(
             raise ApiError(
                 409,
                 "STATE_CONFLICT",
-                f"Training job '{job_id}' cannot be cancelled: it is already {exc.state}",
-                {"jobId": job_id, "status": exc.state},
+                f"Training job '{job_id}' cannot be cancelled: it is already {wire.status_of(exc.state)}",
+                {"jobId": job_id, "status": wire.status_of(exc.state)},
             ) from None
         engine.wait_for_terminal(job_id, cancel_wait_seconds)
         return wire.cancel_response(record(job_id))

@@ -1,6 +1,6 @@
 """Together AI fine-tuning wire format ⇄ engine records (pure functions, no I/O).
 
-Wire contract: /work/shared/reference/platforms.md §3. Choices where the reference is silent:
+Wire contract: ``docs/platforms/together.md``. Choices where the public docs are silent:
 
 * ``training_file`` names a bundled dataset: ``digits`` or ``file-digits`` (also ``iris``, ``wine``,
   ``breast_cancer``; ``-`` and ``_`` interchangeable). Any other file id is a 400, as an unknown
@@ -16,13 +16,13 @@ Wire contract: /work/shared/reference/platforms.md §3. Choices where the refere
   ``training_file`` must be the same dataset. ``epochs_completed`` counts this job's epochs only.
 * ``wandb_key``: a key whose length is not 40 fails W&B login at start-up: a ``wandb_init`` event with
   level ``error``, then the platform cancels the job (``cancel_requested`` "Job cancelled due to error
-  in W&B login/init", ``job_stopped``, status ``cancelled``), as Together does (§3.5).
+  in W&B login/init", ``job_stopped``, status ``cancelled``), as Together does.
 * Extension keys (not Together fields): ``x_airflow_tags`` (identity tags, echoed on the job object,
   filterable with ``?x_airflow_tag=``) and ``x_local`` ``{seconds_per_epoch, checkpoint_seconds, fail_with,
   gpu_count}`` (trainer pacing and GPUs on this platform).
 * ``total_price`` is the engine's cost in USD (GPU time). ``started_at`` is the start of the current
-  status (§3.4: "start of the current stage").
-* Errors: ``{"error": {"message", "type", "code", "param"}}`` (OpenAI style, §3.8 [UNCONFIRMED]);
+  status ("start of the current stage").
+* Errors: ``{"error": {"message", "type", "code", "param"}}`` (OpenAI style; Together does not document it);
   ``type`` by HTTP status (see :data:`ERROR_TYPES`), ``code`` a lower-case reason
   (``validation_error``, ``not_found``, ``job_not_cancellable``, ``insufficient_balance``...),
   ``param`` the offending request field or null.
@@ -101,15 +101,15 @@ EVENT_TYPES = frozenset(
         "tokenized_dataset_upload_complete",
     }
 )
-"""Event types of the OpenAPI spec (§3.6); engine events of other types are not shown."""
+"""Event types of Together's OpenAPI spec; engine events of other types are not shown."""
 
 _STATUS = {
     "pending": "pending",
     "queued": "queued",
-    "initializing": "running",
+    "starting": "running",
     "running": "running",
-    "cancelling": "cancel_requested",
-    "completed": "completed",
+    "stopping": "cancel_requested",
+    "succeeded": "completed",
     "failed": "error",
     "cancelled": "cancelled",
 }
@@ -388,7 +388,7 @@ def _n_epochs(rec: dict[str, Any]) -> int:
 def epochs_completed(rec: dict[str, Any]) -> int:
     """Epochs this job trained (a ``from_checkpoint`` job does not count the epochs before it)."""
     n = _n_epochs(rec)
-    if rec["state"] == "completed":
+    if rec["state"] == "succeeded":
         return n
     base = int(rec["hyperparameters"].get("epochs", n)) - n
     return max(0, min(n, int(rec["progress"].get("completed_epochs") or 0) - base))
@@ -421,11 +421,11 @@ def events_to_wire(rec: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def job_to_wire(rec: dict[str, Any], embed_events: bool = True) -> dict[str, Any]:
-    """Engine record → job object (§3.4); without ``embed_events`` the truncated job (create, cancel, list)."""
+    """Engine record → job object; without ``embed_events`` the truncated job (create, cancel, list)."""
     req = rec.get("request") or {}
     hp = rec["hyperparameters"]
     status = status_of(rec)
-    terminal = rec["state"] in ("completed", "failed", "cancelled")
+    terminal = rec["state"] in ("succeeded", "failed", "cancelled")
     ckpts = sorted(rec["checkpoints"], key=lambda c: c["step"])
     out: dict[str, Any] = {
         "id": rec["job_id"],
@@ -437,7 +437,7 @@ def job_to_wire(rec: dict[str, Any], embed_events: bool = True) -> dict[str, Any
         "started_at": iso(rec["state_history"][-1]["at"]) if rec["state_history"] else None,
         "model": (rec.get("labels") or {}).get("model"),
         "model_output_name": model_output_name(rec),
-        "model_output_path": ckpts[-1]["path"] if rec["state"] == "completed" and ckpts else None,
+        "model_output_path": ckpts[-1]["path"] if rec["state"] == "succeeded" and ckpts else None,
         "training_file": req.get("training_file"),
         "suffix": req.get("suffix"),
         "n_epochs": _n_epochs(rec),
@@ -468,7 +468,7 @@ def checkpoints_to_wire(rec: dict[str, Any]) -> list[dict[str, Any]]:
     ckpts = sorted(rec["checkpoints"], key=lambda c: c["step"])
     out = []
     for i, c in enumerate(ckpts):
-        final = c.get("kind") == "final" or (rec["state"] == "completed" and i == len(ckpts) - 1)
+        final = c.get("kind") == "final" or (rec["state"] == "succeeded" and i == len(ckpts) - 1)
         out.append(
             {
                 "step": c["step"],

@@ -1,0 +1,11 @@
+"""The platforms the local training platform emulates, one folder each (routes, wire, error format).
+Adding one adds its folder and a line here (docs/adding-a-platform.md)."""
+
+from __future__ import annotations
+
+from airflow_training_provider.local_platform.platforms import tensorone, together
+from airflow_training_provider.local_platform.platforms.base import AppContext, LocalPlatform
+
+LOCAL_PLATFORMS: tuple[LocalPlatform, ...] = (tensorone.PLATFORM, together.PLATFORM)
+
+__all__ = ["LOCAL_PLATFORMS", "AppContext", "LocalPlatform"]

@@ -1,1 +1,0 @@
-"""One module per emulated platform: its wire format over the engine (``tensorone``: TensorOne v2)."""
