@@ -1,0 +1,25 @@
+"""The in-process tier: operators, sensor and trigger run in this process (``testing.inprocess``)
+against a real local platform over HTTP with real trainer processes — no scheduler, triggerer or
+database. Fast, and judged by the platform's own records."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from airflow_training_provider.local_platform.control import LocalPlatformControl
+from tests.conftest import API_KEY
+
+PLATFORM_CONNS = ("tensorone", "together")
+
+
+@pytest.fixture(scope="session")
+def control(platform) -> LocalPlatformControl:
+    """The session platform's ``/_local`` client; connections ``tensorone_local``/``together_local`` point at it."""
+    for conn_type in PLATFORM_CONNS:
+        # a trailing slash on the host, as users write it: both drivers must build the same URLs
+        value = json.dumps({"conn_type": conn_type, "host": platform.url + "/", "password": API_KEY})
+        os.environ[f"AIRFLOW_CONN_{conn_type.upper()}_LOCAL"] = value
+    return LocalPlatformControl(platform.url)

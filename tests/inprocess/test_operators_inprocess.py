@@ -1,0 +1,209 @@
+"""Submit operator, sensor and trigger end to end in this process: execute → TaskDeferred →
+trigger.run() → execute_complete (or the worker-side wait), against the local platform."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+import time
+import uuid
+from datetime import timedelta
+
+import pytest
+from airflow.sdk.exceptions import AirflowTaskTimeout
+
+from airflow_training_provider.cancellation import GiveUp
+from airflow_training_provider.job_task import (
+    LostContactWithPlatform,
+    TrainingJobCancelledByAirflow,
+    TrainingJobFailed,
+)
+from airflow_training_provider.local_platform.platforms.together.wire import events_to_wire
+from airflow_training_provider.operators.training_job import SubmitTrainingJobOperator
+from airflow_training_provider.platforms.together import TogetherDialect
+from airflow_training_provider.sensors.training_job import TrainingJobSensor
+from airflow_training_provider.testing.inprocess import first_event, run_task, task_context
+from airflow_training_provider.triggers.training_job import TrainingJobTrigger
+
+FAST = {"seconds_per_epoch": 0.2}
+
+
+def tensorone_spec(epochs: int = 2, **training) -> dict:
+    name = f"ip-{uuid.uuid4().hex[:8]}"
+    return {
+        "name": name,
+        "datasetId": "digits",
+        "config": {"training": {"epochs": epochs, **FAST, **training}},
+    }
+
+
+def together_spec(epochs: int = 2) -> dict:
+    return {
+        "model": "local/mlp-1b",
+        "training_file": "file-digits",
+        "n_epochs": epochs,
+        "n_checkpoints": 1,
+        "learning_rate": 0.001,
+        "suffix": uuid.uuid4().hex[:8],
+        "x_local": FAST,
+    }
+
+
+def submit(conn: str, spec: dict, **kwargs) -> SubmitTrainingJobOperator:
+    kwargs.setdefault("poll_interval", 0.5)
+    return SubmitTrainingJobOperator(task_id="train", conn_id=f"{conn}_local", spec=spec, **kwargs)
+
+
+@pytest.mark.parametrize("deferrable", [True, False], ids=["deferred", "worker"])
+@pytest.mark.parametrize(("conn", "spec"), [("tensorone", tensorone_spec), ("together", together_spec)])
+def test_submit_and_wait_succeeds_the_same_way_deferred_or_on_the_worker(
+    control, conn, spec, deferrable, capfd
+):
+    op = submit(conn, spec(), deferrable=deferrable)
+    ctx = task_context(op)
+    result = run_task(op, ctx)
+    job = control.job(ctx["ti"].xcoms["job_id"])
+    assert job["state"] == "succeeded" and result["state"] == "succeeded"
+    assert result["id"] == job["job_id"] and result["console_url"] == ctx["ti"].xcoms["console_url"]
+    assert result["checkpoints"] and all(c["path"] for c in result["checkpoints"])
+    assert ctx["task_state_store"].get("training_job")["job_id"] == job["job_id"]
+    if conn == "together":  # every platform event in the task log, once, in order
+        captured = capfd.readouterr()
+        logged = re.findall(r"Platform event \S+ \[(\w+)\] (.*?) \[", captured.out + captured.err)
+        served = [(e.type, e.message) for e in TogetherDialect().parse_events(together_events(job))]
+        assert logged == [(t, m) for t, m in served]
+        assert logged[-1][0] == "job_complete"
+
+
+def test_a_failed_job_fails_the_task_with_the_platform_reason(control):
+    op = submit("tensorone", tensorone_spec(learning_rate=-0.5), deferrable=True)
+    with pytest.raises(TrainingJobFailed, match="learning_rate"):
+        run_task(op, task_context(op))
+
+
+def test_deferred_execution_timeout_cancels_once_at_the_deadline(control):
+    op = submit(
+        "tensorone", tensorone_spec(epochs=300), deferrable=True, execution_timeout=timedelta(seconds=4)
+    )
+    ctx = task_context(op)
+    started = time.time()
+    with pytest.raises(AirflowTaskTimeout, match="was cancelled"):
+        run_task(op, ctx)
+    job = control.wait_job(ctx["ti"].xcoms["job_id"], {"cancelled"})
+    (cancel,) = control.accepted_cancels(job)
+    assert cancel["reason"] == GiveUp.EXECUTION_TIMEOUT.value and cancel["create_final_checkpoint"] is True
+    assert 3.5 <= cancel["received_at"] - started <= 10, "the trigger cancels at the deadline"
+    assert [c for c in job["checkpoints"] if c["kind"] == "final"]
+    assert ctx["ti"].xcoms["cancel_result"]["final_checkpoint_id"] == "ckpt_final"
+
+
+def test_a_sensor_past_its_execution_timeout_never_cancels_the_job_it_watches(control):
+    owner = submit("tensorone", tensorone_spec(epochs=300), wait_for_completion=False)
+    job_id = run_task(owner, task_context(owner))["id"]
+    try:
+        sensor = TrainingJobSensor(
+            task_id="watch",
+            conn_id="tensorone_local",
+            job_id=job_id,
+            deferrable=True,
+            poll_interval=timedelta(seconds=0.5),
+            execution_timeout=timedelta(seconds=3),
+        )
+        with pytest.raises(AirflowTaskTimeout, match="cancel_on_kill is off"):
+            run_task(sensor, task_context(sensor))
+        job = control.job(job_id)
+        assert job["state"] == "running" and job["cancel_requests"] == []
+    finally:
+        control_cancel(control, job_id)
+
+
+def test_a_retry_re_attaches_to_the_running_job_instead_of_submitting(control):
+    op = submit("tensorone", tensorone_spec(epochs=6), deferrable=True, retries=1)
+    first = task_context(op)
+    op_first = submit("tensorone", op.spec, wait_for_completion=False, retries=1)
+    job_id = run_task(op_first, first)["id"]
+    retry = task_context(op, try_number=2, state=first)
+    result = run_task(op, retry)
+    assert result["id"] == job_id and result["state"] == "succeeded"
+    assert len(control.jobs(name=op.spec["name"])) == 1, "no second submit"
+
+
+def test_a_try_after_a_clear_cancels_the_old_job_then_submits_one(control):
+    spec = tensorone_spec(epochs=300)
+    first = task_context(submit("tensorone", spec))
+    old_id = run_task(submit("tensorone", spec, wait_for_completion=False), first)["id"]
+    control.wait_job(old_id, {"running"})
+    op = submit("tensorone", spec, wait_for_completion=False)
+    op.polling = op.polling.model_copy(update={"clear_grace": 1.0})
+    new_id = run_task(op, task_context(op, try_number=2, cleared=True, state=first))["id"]
+    old = control.job(old_id)
+    assert new_id != old_id and old["state"] == "cancelled"
+    assert [c["reason"] for c in control.accepted_cancels(old)] == [GiveUp.CLEARED.value]
+    assert control.job(new_id)["created_at"] >= old["finished_at"], "never two jobs at once"
+    control_cancel(control, new_id)
+
+
+def test_worker_on_kill_cancels_and_stops_execute(control):
+    op = submit("tensorone", tensorone_spec(epochs=300), deferrable=False)
+    ctx = task_context(op)
+    outcome: dict = {}
+
+    def run():
+        try:
+            run_task(op, ctx)
+        except BaseException as exc:  # noqa: BLE001 - the assertion below says which
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    job_id = wait_for_xcom(ctx, "job_id")
+    control.wait_job(job_id, {"running"})
+    op.on_kill()
+    thread.join(60)
+    assert isinstance(outcome.get("error"), TrainingJobCancelledByAirflow), outcome
+    job = control.job(job_id)
+    (cancel,) = control.accepted_cancels(job)
+    assert job["state"] == "cancelled" and cancel["reason"] == GiveUp.WORKER_KILLED.value
+    assert ctx["ti"].xcoms["cancel_result"]["state"] == "cancelled"
+
+
+def test_an_outage_beyond_the_budget_fails_the_task_and_leaves_the_job_alone(control):
+    op = submit("tensorone", tensorone_spec(epochs=300), deferrable=True, outage_budget=2)
+    ctx = task_context(op)
+    job_id = run_task(submit("tensorone", op.spec, wait_for_completion=False), ctx)["id"]
+    prefix = f"/v2/training/jobs/{job_id}"
+    control.add_fault(method="GET", path_prefix=prefix, status=503, count=-1)
+    try:
+        trigger = TrainingJobTrigger(
+            conn_id="tensorone_local", job_id=job_id, outage_budget=2, poll_interval=0.5
+        )
+        event = asyncio.run(first_event(trigger))
+    finally:
+        control.clear_faults(prefix)
+    assert event.payload["status"] == "lost_contact"
+    with pytest.raises(LostContactWithPlatform, match="NOT cancelled"):
+        op.execute_complete(ctx, event.payload)
+    job = control.job(job_id)
+    assert job["state"] == "running" and job["cancel_requests"] == []
+    control_cancel(control, job_id)
+
+
+def together_events(record: dict) -> dict:
+    """The events the Together API serves for a job record."""
+    return {"data": events_to_wire(record)}
+
+
+def wait_for_xcom(ctx: dict, key: str, timeout: float = 30) -> str:
+    deadline = time.monotonic() + timeout
+    while key not in ctx["ti"].xcoms:
+        assert time.monotonic() < deadline, f"{key} never pushed"
+        time.sleep(0.05)
+    return ctx["ti"].xcoms[key]
+
+
+def control_cancel(control, job_id: str) -> None:
+    """Clean up a long job through the platform's API (not a provider cancel)."""
+    from airflow_training_provider.hooks.training import TrainingPlatformHook
+
+    TrainingPlatformHook("tensorone_local").cancel_job(job_id)
