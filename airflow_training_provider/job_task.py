@@ -125,8 +125,8 @@ def log_cancel(log: Any, result: CancelResult, job: TrainingJob) -> None:
 class TrainingJobTaskMixin:
     """Waiting, deferral and cancellation for an operator that waits on job ``self.job_id``.
 
-    The host sets ``conn_id``, ``deferrable``, ``cancel_policy`` (:class:`CancelPolicy`), ``polling``
-    (:class:`Polling`) and ``execution_timeout``, and calls :meth:`_init_job_task` in ``__init__``.
+    The host sets ``conn_id`` and ``deferrable``, and calls :meth:`_init_job_task` in ``__init__``
+    (which sets ``polling`` and ``cancel_policy``).
     """
 
     conn_id: str
@@ -135,8 +135,17 @@ class TrainingJobTaskMixin:
     polling: Polling
     defer_timeout: float | None = None
 
-    def _init_job_task(self) -> None:
-        self.job_id: str | None = None
+    def _init_job_task(
+        self, *, poll_interval: Any, outage_budget: Any, confirm_cancel_timeout: Any, **policy: Any
+    ) -> None:
+        """Check and keep the waiting parameters (``ValueError`` naming a bad one, at DAG parse
+        time): ``self.polling`` from the intervals, ``self.cancel_policy`` from the cancel options."""
+        owner = f"{type(self).__name__}({self.task_id})"  # type: ignore[attr-defined]
+        self.polling = parameters(Polling, owner, poll_interval=poll_interval, outage_budget=outage_budget)
+        self.cancel_policy = parameters(
+            CancelPolicy, owner, CONFIRM_TIMEOUT_PARAMETER, confirm_timeout=confirm_cancel_timeout, **policy
+        )
+        self.job_id: str | None = getattr(self, "job_id", None)  # a sensor's is given; a submit's comes later
         self._stop = threading.Event()
         self._kill_result: CancelResult | None = None
 

@@ -17,8 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-import requests
-
+from airflow_training_provider.local_platform.control import LocalPlatformControl
 from airflow_training_provider.local_platform.server import LocalPlatformServer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,7 +84,7 @@ def main() -> int:
                 if any(key in line for key in SHOWN):
                     print("  | " + task_log_message(line), flush=True)
         dag_ok = proc.returncode == 0
-        jobs = requests.get(f"{platform.url}/_local/jobs", timeout=10).json()["jobs"]
+        jobs = LocalPlatformControl(platform.url).jobs()
 
     say(
         f"DAG run {'succeeded' if dag_ok else 'FAILED'} in {time.monotonic() - started:.0f} s; platform stopped"

@@ -16,25 +16,21 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from tests.killpaths.conftest import KillPathEnv  # noqa: E402
-from tests.killpaths.scenarios import FLAVORS, SCENARIOS, TOGETHER_ONLY, run_scenarios  # noqa: E402
+from airflow_training_provider.testing.killpaths import FLAVORS, KillPathEnv, pairs, run_scenarios
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--only", default="", help="comma-separated scenario prefixes, e.g. k1,k10")
-    parser.add_argument("--platforms", default=",".join(FLAVORS), help="comma-separated: tensorone,together")
+    parser.add_argument(
+        "--platforms", default=",".join(FLAVORS), help=f"comma-separated, of {','.join(FLAVORS)}"
+    )
     args = parser.parse_args()
-    prefixes = [w.strip() + "_" for w in args.only.split(",") if w.strip()]
+    prefixes = tuple(w.strip() + "_" for w in args.only.split(",") if w.strip())
     flavors = [f.strip() for f in args.platforms.split(",") if f.strip()]
     wanted = {
-        (name, flavor)
-        for name in SCENARIOS
-        for flavor in flavors
-        if (not prefixes or name.startswith(tuple(prefixes))) and (name not in TOGETHER_ONLY or flavor == "together")
+        (key, flavor) for key, flavor in pairs(flavors=flavors) if not prefixes or key.startswith(prefixes)
     }
 
     root = Path(tempfile.mkdtemp(prefix="killpath-bench-"))
@@ -56,7 +52,9 @@ def main() -> int:
     header = ("path", "platform", "expected cancels", "actual cancels", "false cancels", "duplicate submits",
               "latency median s", "latency max s", "ok runs")  # fmt: skip
     print("\n| " + " | ".join(header) + " |\n|" + "---|" * len(header))
-    for (name, flavor), results in sorted(runs.items(), key=lambda kv: (int(kv[0][0][1:].split("_")[0].rstrip("b")), kv[0])):
+    for (name, flavor), results in sorted(
+        runs.items(), key=lambda kv: (int(kv[0][0][1:].split("_")[0].rstrip("b")), kv[0])
+    ):
         ok = [r for r in results if not isinstance(r, BaseException)]
         if not ok:
             print(f"| {name} | {flavor} | - | - | - | - | - | - | 0/{len(results)} |")

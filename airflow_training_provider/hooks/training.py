@@ -22,7 +22,7 @@ from airflow_training_provider.errors import PlatformAuthError, TransientPlatfor
 from airflow_training_provider.hooks.connection import PlatformConnection
 from airflow_training_provider.hooks.job_api import JobApi
 from airflow_training_provider.hooks.transport import RetryPolicy, decode_response, prepare_request
-from airflow_training_provider.lifecycle.operations import JobOperations, Operation, Sleep
+from airflow_training_provider.lifecycle.operations import JobOperations, Operation, Sleep, advance
 from airflow_training_provider.platforms import PLATFORMS
 from airflow_training_provider.platforms.base import ApiRequest, Dialect
 from airflow_training_provider.platforms.descriptor import PlatformDescriptor
@@ -94,10 +94,9 @@ class TrainingPlatformHook(JobApi, HttpHook):
         reply: Any = None
         error: BaseException | None = None
         while True:
-            try:
-                step = operation.throw(error) if error is not None else operation.send(reply)
-            except StopIteration as done:
-                return done.value
+            done, step = advance(operation, reply, error)
+            if done:
+                return step
             reply = error = None
             if isinstance(step, ApiRequest):
                 try:

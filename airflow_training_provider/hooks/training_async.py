@@ -24,7 +24,7 @@ from airflow_training_provider.errors import PlatformAuthError, TransientPlatfor
 from airflow_training_provider.hooks.connection import PlatformConnection
 from airflow_training_provider.hooks.job_api import JobApi
 from airflow_training_provider.hooks.transport import RetryPolicy, decode_response, prepare_request
-from airflow_training_provider.lifecycle.operations import JobOperations, Operation, Sleep
+from airflow_training_provider.lifecycle.operations import JobOperations, Operation, Sleep, advance
 from airflow_training_provider.platforms.base import ApiRequest
 
 
@@ -88,10 +88,9 @@ class AsyncTrainingPlatformClient(JobApi):
         reply: Any = None
         error: BaseException | None = None
         while True:
-            try:
-                step = operation.throw(error) if error is not None else operation.send(reply)
-            except StopIteration as done:
-                return done.value
+            done, step = advance(operation, reply, error)
+            if done:
+                return step
             reply = error = None
             if isinstance(step, ApiRequest):
                 try:

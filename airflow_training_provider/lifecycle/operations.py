@@ -65,6 +65,20 @@ Operation = Generator[Step, Any, T]
 """A sans-IO operation returning ``T``."""
 
 
+def advance(
+    operation: Operation[Any], reply: Any = None, error: BaseException | None = None
+) -> tuple[bool, Any]:
+    """Resume ``operation`` with the answer to its last step (``reply``, or ``error`` thrown in).
+
+    :returns: ``(False, next_step)``, or ``(True, result)`` once it has finished. Every driver is a
+        loop around this: perform the step, advance with its answer.
+    """
+    try:
+        return False, (operation.throw(error) if error is not None else operation.send(reply))
+    except StopIteration as done:
+        return True, done.value
+
+
 class JobOperations:
     """The job API of one platform, as operations.
 

@@ -9,6 +9,9 @@ format and error rendering, and a control app with local-only endpoints (no auth
 * ``GET /_local/jobs`` → ``{"jobs": [full engine records]}`` (state history, cancel_requests with
   ``received_at``, submit time, checkpoint files, events, pids, …: for tests and benchmarks)
 * ``GET /_local/jobs/{job_id}`` → one full record (404 if unknown)
+* ``POST /_local/jobs/{job_id}/cancel`` → "the console": a person cancels the job outside Airflow,
+  whatever its platform (body ``{"reason", "create_final_checkpoint"}``, both optional; 409 if it
+  already ended); answers the record
 * ``GET /_local/settings`` → the effective settings (api key redacted)
 * ``POST|GET|DELETE /_local/faults`` → HTTP fault injection rules (see :mod:`.faults`)
 
@@ -25,7 +28,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from airflow_training_provider.local_platform.dispatch import PlatformDispatcher
-from airflow_training_provider.local_platform.engine import JobNotFound, TrainingEngine
+from airflow_training_provider.local_platform.engine import JobNotFound, StateConflict, TrainingEngine
 from airflow_training_provider.local_platform.errors import ApiError, install_error_handlers
 from airflow_training_provider.local_platform.faults import FaultInjector, FaultRule
 from airflow_training_provider.local_platform.platforms import LOCAL_PLATFORMS, AppContext
@@ -77,6 +80,21 @@ def _control_app(engine: TrainingEngine, settings: CommonSettings, faults: Fault
         except JobNotFound:
             raise ApiError(404, "RESOURCE_NOT_FOUND", f"job '{job_id}' not found") from None
 
+    @app.post("/_local/jobs/{job_id}/cancel")
+    def console_cancel(job_id: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        body = body or {}
+        try:
+            return engine.cancel(
+                job_id,
+                reason=body.get("reason", "stopped from the console"),
+                create_final_checkpoint=bool(body.get("create_final_checkpoint", True)),
+                request=body,
+            )
+        except JobNotFound:
+            raise ApiError(404, "RESOURCE_NOT_FOUND", f"job '{job_id}' not found") from None
+        except StateConflict as exc:
+            raise ApiError(409, "STATE_CONFLICT", f"job '{job_id}' is already {exc.state}") from None
+
     @app.post("/_local/faults", status_code=201)
     def add_fault(rule: FaultRule) -> dict[str, Any]:
         return faults.add(rule).model_dump()
@@ -86,8 +104,8 @@ def _control_app(engine: TrainingEngine, settings: CommonSettings, faults: Fault
         return {"faults": faults.list()}
 
     @app.delete("/_local/faults")
-    def clear_faults(path_prefix: str | None = None) -> dict[str, Any]:
-        faults.clear(path_prefix)
+    def clear_faults(path_prefix: str | None = None, id: str | None = None) -> dict[str, Any]:
+        faults.clear(path_prefix, id)
         return {"faults": faults.list()}
 
     return app

@@ -68,6 +68,12 @@ class LocalPlatformControl:
                 raise AssertionError(f"job {job_id} never reached {until}: it is {job['state']}")
             time.sleep(interval)
 
+    def console_cancel(self, job_id: str, reason: str = "stopped from the console") -> dict:
+        """Cancel a job as a person would from the platform's console: outside Airflow, any platform."""
+        return self._call(
+            "POST", f"/jobs/{job_id}/cancel", json={"reason": reason, "create_final_checkpoint": True}
+        )
+
     @staticmethod
     def accepted_cancels(job: dict, initiator: str | None = "user") -> list[dict]:
         """The job's accepted cancel requests (from ``initiator``; ``None``: from anyone), oldest first."""
@@ -86,9 +92,14 @@ class LocalPlatformControl:
     def faults(self) -> list[dict]:
         return self._call("GET", "/faults")["faults"]
 
-    def clear_faults(self, path_prefix: str | None = None) -> None:
-        """Remove every rule, or only the rules for exactly ``path_prefix``."""
-        self._call("DELETE", "/faults", params={"path_prefix": path_prefix} if path_prefix else None)
+    def clear_faults(self, path_prefix: str | None = None, rule_id: str | None = None) -> None:
+        """Remove every rule, or only the rules for exactly ``path_prefix``, or only rule ``rule_id``."""
+        params = {"path_prefix": path_prefix} if path_prefix else {"id": rule_id} if rule_id else None
+        self._call("DELETE", "/faults", params=params)
+
+    def fault(self, rule_id: str) -> dict:
+        """One rule as it stands now (``fired``: how often it fired)."""
+        return next(r for r in self.faults() if r["id"] == rule_id)
 
     def settings(self) -> dict:
         return self._call("GET", "/settings")

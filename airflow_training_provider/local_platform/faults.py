@@ -2,7 +2,7 @@
 
 Rules are added with ``POST /_local/faults`` (body = :class:`FaultRule` fields), listed with
 ``GET /_local/faults`` and cleared with ``DELETE /_local/faults`` (``?path_prefix=P``: only P's
-rules). A rule matches requests by method and path prefix, and optionally by a header value
+rules; ``?id=I``: only rule ``I``, the ``id`` the POST answered). A rule matches requests by method and path prefix, and optionally by a header value
 (``header``/``header_value``, e.g. AWS's ``X-Amz-Target``) and a text in the body
 (``body_contains``, e.g. a job name), so an RPC-style API with one path can be faulted per call
 and per job. ``/_local`` paths are never faulted. A rule fires ``count`` times (-1 = forever):
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import uuid
 from typing import Any, Literal
 
 from fastapi import Request
@@ -31,8 +32,9 @@ from airflow_training_provider.local_platform.errors import ApiError, Renderer
 
 
 class FaultRule(BaseModel):
-    """One fault rule; see the module doc. ``fired`` counts how often it fired."""
+    """One fault rule; see the module doc. ``id`` names it; ``fired`` counts how often it fired."""
 
+    id: str = Field(default_factory=lambda: uuid.uuid4().hex[:12])
     method: str | None = None
     path_prefix: str = "/"
     status: int | None = Field(None, ge=400, le=599)
@@ -76,10 +78,15 @@ class FaultInjector:
         with self._lock:
             return [r.model_dump() for r in self._rules]
 
-    def clear(self, path_prefix: str | None = None) -> None:
-        """Remove every rule, or only the rules for exactly ``path_prefix``."""
+    def clear(self, path_prefix: str | None = None, rule_id: str | None = None) -> None:
+        """Remove every rule, or only the rules for exactly ``path_prefix``, or only rule ``rule_id``."""
         with self._lock:
-            self._rules = [r for r in self._rules if path_prefix is not None and r.path_prefix != path_prefix]
+            if rule_id is not None:
+                self._rules = [r for r in self._rules if r.id != rule_id]
+            elif path_prefix is not None:
+                self._rules = [r for r in self._rules if r.path_prefix != path_prefix]
+            else:
+                self._rules = []
 
     def _take(self, request: Request, body: bytes) -> FaultRule | None:
         if request.url.path.startswith("/_local"):

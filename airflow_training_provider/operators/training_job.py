@@ -21,7 +21,6 @@ from airflow_training_provider.errors import JobNotFoundError
 from airflow_training_provider.hooks.training import TrainingPlatformHook
 from airflow_training_provider.identity import TaskIdentity
 from airflow_training_provider.job_task import (
-    CONFIRM_TIMEOUT_PARAMETER,
     STATE_STORE_KEY,
     LostContactWithPlatform,
     TrainingJobCancelledByAirflow,
@@ -32,7 +31,6 @@ from airflow_training_provider.job_task import (
     parameters,
 )
 from airflow_training_provider.lifecycle.operations import is_stopping_or_terminal, is_terminal
-from airflow_training_provider.lifecycle.waiting import Polling
 from airflow_training_provider.models import Checkpoint, JobState, TrainingJob
 from airflow_training_provider.task_instance_lookup import JOB_ID_XCOM_KEY
 
@@ -107,31 +105,28 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        owner = f"{type(self).__name__}({self.task_id})"
         self.conn_id = conn_id
         self.spec = spec
         self.wait_for_completion = wait_for_completion
         self.deferrable = deferrable
         self.resume_from_checkpoint = resume_from_checkpoint
-        self.polling = parameters(Polling, owner, poll_interval=poll_interval, outage_budget=outage_budget)
-        self.cancel_policy = parameters(
-            CancelPolicy,
-            owner,
-            CONFIRM_TIMEOUT_PARAMETER,
+        self._init_job_task(
+            poll_interval=poll_interval,
+            outage_budget=outage_budget,
+            confirm_cancel_timeout=confirm_cancel_timeout,
             cancel_on_kill=cancel_on_kill,
             cancel_on_mark_success=cancel_on_mark_success,
             reattach_on_clear=reattach_on_clear,
             preserve_checkpoints=preserve_checkpoints,
             create_final_checkpoint=create_final_checkpoint,
-            confirm_timeout=confirm_cancel_timeout,
         )
+        owner = f"{type(self).__name__}({self.task_id})"
         self.defer_timeout = (
             None
             if defer_timeout is None
             else parameters(_Timeout, owner, defer_timeout=defer_timeout).defer_timeout
         )
         self._resume_from: tuple[str, Checkpoint] | None = None
-        self._init_job_task()
 
     def execute(self, context: Any) -> dict[str, Any]:
         deadline = self.deadline_from_now()

@@ -9,14 +9,10 @@ from typing import Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.configuration import conf
 
-from airflow_training_provider.cancellation import CancelPolicy
 from airflow_training_provider.job_task import (
-    CONFIRM_TIMEOUT_PARAMETER,
     TrainingJobTaskMixin,
     job_outcome,
-    parameters,
 )
-from airflow_training_provider.lifecycle.waiting import Polling
 from airflow_training_provider.progress import JobReport
 
 
@@ -56,20 +52,16 @@ class TrainingJobSensor(TrainingJobTaskMixin, BaseSensorOperator):
     ) -> None:
         kwargs.setdefault("poke_interval", poll_interval)
         super().__init__(**kwargs)
-        owner = f"{type(self).__name__}({self.task_id})"
-        self._init_job_task()
         self.job_id = job_id
         self.conn_id = conn_id
         self.deferrable = deferrable
-        self.polling = parameters(Polling, owner, poll_interval=poll_interval, outage_budget=outage_budget)
-        self.cancel_policy = parameters(
-            CancelPolicy,
-            owner,
-            CONFIRM_TIMEOUT_PARAMETER,
+        self._init_job_task(
+            poll_interval=poll_interval,
+            outage_budget=outage_budget,
+            confirm_cancel_timeout=confirm_cancel_timeout,
             cancel_on_kill=cancel_on_kill,
             preserve_checkpoints=preserve_checkpoints,
             create_final_checkpoint=create_final_checkpoint,
-            confirm_timeout=confirm_cancel_timeout,
         )
         self._report: JobReport | None = None
 

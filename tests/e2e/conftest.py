@@ -70,7 +70,9 @@ def airflow_env(tmp_path_factory, conn_uri_env, platform, broke_platform) -> Air
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
         "AIRFLOW_CONN_TENSORONE_LOCAL": conn_uri_env,
-        "AIRFLOW_CONN_TOGETHER_LOCAL": json.dumps({"conn_type": "together", "host": platform.url, "password": API_KEY}),
+        "AIRFLOW_CONN_TOGETHER_LOCAL": json.dumps(
+            {"conn_type": "together", "host": platform.url, "password": API_KEY}
+        ),
         "AIRFLOW_CONN_TOGETHER_BROKE": json.dumps(
             {"conn_type": "together", "host": broke_platform.url, "password": API_KEY}
         ),

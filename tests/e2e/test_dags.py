@@ -11,12 +11,12 @@ from pathlib import Path
 
 import requests
 
+from airflow_training_provider.local_platform.control import LocalPlatformControl
 from tests.conftest import API_KEY
 
 
 def platform_jobs(platform, name: str | None = None) -> list[dict]:
-    jobs = requests.get(f"{platform.url}/_local/jobs", timeout=10).json()["jobs"]
-    return [j for j in jobs if name is None or j["name"] == name]
+    return LocalPlatformControl(platform.url).jobs(name=name)
 
 
 def test_example_dag_trains_evaluates_and_promotes(airflow_env, platform):
@@ -79,7 +79,11 @@ def test_sigterm_to_running_task_cancels_job_with_final_checkpoint(airflow_env, 
 
 
 def together_jobs(platform, suffix: str) -> list[dict]:
-    return [j for j in platform_jobs(platform) if j["platform"] == "together" and suffix in json.dumps(j["request"])]
+    return [
+        j
+        for j in platform_jobs(platform)
+        if j["platform"] == "together" and suffix in json.dumps(j["request"])
+    ]
 
 
 def event_lines(out: str) -> list[str]:
@@ -126,7 +130,10 @@ def test_together_balance_auto_cancel_fails_task_with_billing_event(airflow_env,
 def submit_directly(platform, **training) -> str:
     body = {"name": "sensor-target", "datasetId": "digits", "config": {"training": training}}
     response = requests.post(
-        f"{platform.url}/v2/training/jobs", json=body, headers={"Authorization": f"Bearer {API_KEY}"}, timeout=10
+        f"{platform.url}/v2/training/jobs",
+        json=body,
+        headers={"Authorization": f"Bearer {API_KEY}"},
+        timeout=10,
     )
     return response.json()["jobId"]
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 
+from airflow_training_provider.local_platform.control import LocalPlatformControl
 from airflow_training_provider.local_platform.server import LocalPlatformServer
 
 API_KEY = "tpo_test_local"
@@ -38,9 +39,7 @@ class Platform:
 
     def record(self, job_id: str) -> dict[str, Any]:
         """The platform's own full record of the job (``/_local/jobs/{id}``)."""
-        resp = self.client.get(f"/_local/jobs/{job_id}")
-        assert resp.status_code == 200, resp.text
-        return resp.json()
+        return LocalPlatformControl(self.server.url).job(job_id)
 
     def wait(
         self, job_id: str, until: Callable[[dict[str, Any]], bool], timeout: float = 60.0

@@ -38,7 +38,12 @@ SUCCESS_EVENTS = [
     "model_uploading",
     "job_complete",
 ]
-ENGINE_TO_STATUS = {"starting": "running", "stopping": "cancel_requested", "failed": "error", "succeeded": "completed"}
+ENGINE_TO_STATUS = {
+    "starting": "running",
+    "stopping": "cancel_requested",
+    "failed": "error",
+    "succeeded": "completed",
+}
 
 
 class Together:

@@ -8,7 +8,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from airflow_training_provider.lifecycle.operations import NewEvents, Operation, Progress, Sleep
+from airflow_training_provider.lifecycle.operations import NewEvents, Operation, Progress, Sleep, advance
 from airflow_training_provider.platforms.base import ApiRequest
 
 
@@ -45,10 +45,9 @@ class Canned:
         reply: Any = None
         error: BaseException | None = None
         while True:
-            try:
-                step = operation.throw(error) if error is not None else operation.send(reply)
-            except StopIteration as done:
-                return done.value
+            done, step = advance(operation, reply, error)
+            if done:
+                return step
             reply = error = None
             if isinstance(step, ApiRequest):
                 self.requests.append(step)

@@ -1,4 +1,4 @@
-"""A real Airflow 3.3 stack for kill-path tests: api-server, scheduler (LocalExecutor), dag-processor
+"""A real Airflow 3.3 stack for end-to-end and kill-path tests: api-server, scheduler (LocalExecutor), dag-processor
 and one or more triggerers, on 127.0.0.1 with free ports, each started here and stopped by its PID
 (its own process group, so the LocalExecutor workers and task processes go with it).
 

@@ -1,9 +1,14 @@
-"""Kill-path scenarios K1–K18 (shared/cases/kill-paths.md) on a real Airflow stack.
+"""Kill-path scenarios K1–K20 on a real Airflow stack, for every platform (:mod:`.flavors`).
 
 Each scenario drives Airflow through its REST API (or signals its processes), then reads the
 platform's own job records (``/_local/jobs``: submits, cancel requests, states, checkpoint files)
 and returns an :class:`Outcome`. The pytest cases assert on outcomes; the benchmark script prints
-them as a table. Scenarios leave no job running: they cancel what they started.
+them as a table. Scenarios leave no job running: they cancel what they started. The cases come
+from user reports against other Airflow integrations; ``docs/airflow-kill-paths.md`` explains
+what Airflow does on each path.
+
+:data:`SCENARIOS` is the table: each row names its function, whether it must run alone (it stops
+triggerers or faults every job of a platform) and which platforms it applies to.
 """
 
 from __future__ import annotations
@@ -12,36 +17,16 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import requests
 
-from tests.killpaths.stack import AirflowStack
-
-API_KEY = "kill-path-key"
-
-
-@dataclass(frozen=True)
-class Flavor:
-    """A platform the scenarios run on: its DAG-id suffix, its REST paths, what its cancel can do."""
-
-    name: str
-    suffix: str
-    jobs_path: str  # REST collection of jobs
-    final_checkpoint: bool  # cancel can ask for a final checkpoint
-
-    def dag(self, base: str) -> str:
-        return base + self.suffix
-
-    def job_path(self, job_id: str) -> str:
-        return f"{self.jobs_path}/{job_id}"
-
-
-TENSORONE = Flavor("tensorone", "", "/v2/training/jobs", final_checkpoint=True)
-TOGETHER = Flavor("together", "_together", "/v1/fine-tunes", final_checkpoint=False)
-FLAVORS = {f.name: f for f in (TENSORONE, TOGETHER)}
+from airflow_training_provider.local_platform.control import LocalPlatformControl
+from airflow_training_provider.testing.killpaths.flavors import FLAVORS, Flavor
+from airflow_training_provider.testing.stack import AirflowStack
 
 
 @dataclass
@@ -59,14 +44,9 @@ class Outcome:
 
     @property
     def cancels(self) -> list[dict]:
-        """Accepted cancel requests sent to the run's jobs through the API, oldest first (not the
+        """Accepted cancel requests sent to the run's jobs through an API, oldest first (not the
         platform's own cancels, e.g. Together's W&B auto-cancel)."""
-        reqs = [
-            r
-            for j in self.jobs
-            for r in j["cancel_requests"]
-            if r.get("outcome") == "accepted" and r.get("initiator", "user") != "platform"
-        ]
+        reqs = [r for j in self.jobs for r in LocalPlatformControl.accepted_cancels(j)]
         return sorted(reqs, key=lambda r: r["received_at"])
 
     @property
@@ -83,28 +63,12 @@ class Outcome:
         ]
 
 
-class Platform:
-    """Reads and pokes the local platform (records, fault rules, direct cancels)."""
+class Platform(LocalPlatformControl):
+    """The stack's local platform: its records and fault rules, plus waits the scenarios share."""
 
-    def __init__(self, url: str) -> None:
-        self.url = url
-
-    def jobs(self, dag_id: str, run_id: str | None = None) -> list[dict]:
-        records = requests.get(f"{self.url}/_local/jobs", timeout=10).json()["jobs"]
-        wanted = {f"airflow-dag:{dag_id}"} | ({f"airflow-run:{run_id}"} if run_id else set())
-        return sorted((j for j in records if wanted <= set(j["tags"])), key=lambda j: j["created_at"])
-
-    def job(self, job_id: str) -> dict:
-        return requests.get(f"{self.url}/_local/jobs/{job_id}", timeout=10).json()
-
-    def wait_job(self, job_id: str, states: set[str], timeout: float = 90) -> dict:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            job = self.job(job_id)
-            if job["state"] in states:
-                return job
-            time.sleep(0.3)
-        raise AssertionError(f"job {job_id} never reached {states}: {job['state']}")
+    def run_jobs(self, dag_id: str, run_id: str | None = None) -> list[dict]:
+        """The jobs a DAG run submitted (by their identity tags), oldest first."""
+        return self.jobs(tags=[f"airflow-dag:{dag_id}", *([f"airflow-run:{run_id}"] if run_id else [])])
 
     def wait_running(
         self, dag_id: str, run_id: str, count: int = 1, min_epochs: int = 1, timeout: float = 120
@@ -112,45 +76,15 @@ class Platform:
         """The run's ``count``-th job, once it is running and has finished ``min_epochs`` epochs."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            jobs = self.jobs(dag_id, run_id)
+            jobs = self.run_jobs(dag_id, run_id)
             if len(jobs) >= count:
                 job = jobs[count - 1]
                 if job["state"] == "running" and job["progress"].get("completed_epochs", 0) >= min_epochs:
                     return job
             time.sleep(0.3)
-        raise AssertionError(f"no running job #{count} for {dag_id}/{run_id}: {self.jobs(dag_id, run_id)}")
-
-    def cancel(self, job_id: str) -> None:
-        """Cancel from "the console": the platform's own API, not Airflow."""
-        flavor = TOGETHER if job_id.startswith("ft-") else TENSORONE
-        requests.post(
-            f"{self.url}{flavor.job_path(job_id)}/cancel",
-            headers={"Authorization": f"Bearer {API_KEY}"},
-            json={"reason": "stopped from the console", "createFinalCheckpoint": True},
-            timeout=30,
+        raise AssertionError(
+            f"no running job #{count} for {dag_id}/{run_id}: {self.run_jobs(dag_id, run_id)}"
         )
-
-    def together_events(self, job_id: str) -> list[dict]:
-        """A Together job's events as its API serves them."""
-        response = requests.get(
-            f"{self.url}{TOGETHER.job_path(job_id)}/events",
-            headers={"Authorization": f"Bearer {API_KEY}"},
-            timeout=10,
-        )
-        return response.json()["data"]
-
-    def add_fault(self, **rule: Any) -> None:
-        requests.post(f"{self.url}/_local/faults", json=rule, timeout=10).raise_for_status()
-
-    def faults(self) -> list[dict]:
-        return requests.get(f"{self.url}/_local/faults", timeout=10).json()["faults"]
-
-    def clear_faults(self) -> None:
-        requests.delete(f"{self.url}/_local/faults", timeout=10)
-
-    def disable_faults(self, path_prefix: str) -> None:
-        """Remove the rules on one job's path (others' rules, from concurrent scenarios, stay)."""
-        requests.delete(f"{self.url}/_local/faults", params={"path_prefix": path_prefix}, timeout=10)
 
 
 def _xcom(stack: AirflowStack, dag_id: str, run_id: str, key: str, timeout: float = 30) -> Any:
@@ -179,16 +113,12 @@ def _start_running(stack: AirflowStack, platform: Platform, dag_id: str) -> tupl
 
 
 def _latency(job: dict, since: float) -> float | None:
-    accepted = [
-        r
-        for r in job["cancel_requests"]
-        if r.get("outcome") == "accepted" and r.get("initiator") != "platform"
-    ]
+    accepted = LocalPlatformControl.accepted_cancels(job)
     return accepted[0]["received_at"] - since if accepted else None
 
 
 def _finish(stack, platform, case, dag_id, run_id, *, expect_cancel, since=None, **notes) -> Outcome:
-    jobs = platform.jobs(dag_id, run_id)
+    jobs = platform.run_jobs(dag_id, run_id)
     latency = _latency(jobs[0], since) if since is not None and jobs else None
     return Outcome(case, expect_cancel, jobs, stack.ti_state(dag_id, run_id, "train"), latency, notes)
 
@@ -283,7 +213,7 @@ def k3_mark_success(stack, platform, flavor: Flavor) -> Outcome:
         expect_cancel=False,
         job_state=platform.job(job["job_id"])["state"],
     )
-    platform.cancel(job["job_id"])  # clean up
+    platform.console_cancel(job["job_id"])  # clean up
     return outcome
 
 
@@ -365,9 +295,7 @@ def k6_defer_timeout(stack, platform, flavor: Flavor) -> Outcome:
 def k9_slow_cancel(stack, platform, flavor: Flavor) -> Outcome:
     dag = flavor.dag("kp_deferred")
     run_id, job = _start_deferred(stack, platform, dag)
-    platform.add_fault(
-        method="POST", path_prefix=f"{flavor.job_path(job['job_id'])}/cancel", delay_seconds=6, count=1
-    )
+    platform.add_fault(**flavor.cancel_rule(job["job_id"]), delay_seconds=6, count=1)
     t0 = time.time()
     stack.set_ti_state(dag, run_id, "train", "failed")
     platform.wait_job(job["job_id"], {"cancelled"}, timeout=90)
@@ -494,17 +422,17 @@ def k13b_worker_crash_adopt(stack, platform, flavor: Flavor) -> Outcome:
 def k14_flaky_polling(stack, platform, flavor: Flavor) -> Outcome:
     dag = flavor.dag("kp_short_deferred")
     run_id, job = _start_deferred(stack, platform, dag)
-    prefix = flavor.job_path(job["job_id"])
     rules = (
         {"status": 503},
         {"status": 429, "retry_after": 3},
         {"delay_seconds": 12},  # longer than the trigger's call timeout
         {"body": "<html>upstream hiccup</html>"},
     )
+    ids: list[str] = []
     for rule in rules:
-        platform.add_fault(method="GET", path_prefix=prefix, count=1, **rule)
+        ids.append(platform.add_fault(**flavor.poll_rule(job["job_id"]), count=1, **rule)["id"])
     ti = stack.wait_ti(dag, run_id, "train", {"success", "failed"}, timeout=180)
-    fired = [r["fired"] for r in platform.faults() if r["path_prefix"] == prefix and r["method"] == "GET"]
+    fired = [platform.fault(rule_id)["fired"] for rule_id in ids]
     return _finish(
         stack,
         platform,
@@ -520,14 +448,13 @@ def k14_flaky_polling(stack, platform, flavor: Flavor) -> Outcome:
 def k15_outage_beyond_budget(stack, platform, flavor: Flavor) -> Outcome:
     dag = flavor.dag("kp_outage_retry")
     run_id, job = _start_deferred(stack, platform, dag)
-    prefix = flavor.job_path(job["job_id"])
-    platform.add_fault(method="GET", path_prefix=prefix, status=503, count=-1)
+    rule_id = platform.add_fault(**flavor.poll_rule(job["job_id"]), status=503, count=-1)["id"]
     try:
         stack.wait_ti(dag, run_id, "train", {"up_for_retry", "failed"}, timeout=90)
         log1 = stack.task_log(dag, run_id, "train", 1)
         during = platform.job(job["job_id"])
     finally:
-        platform.disable_faults(prefix)
+        platform.clear_faults(rule_id=rule_id)
     ti = stack.wait_ti(dag, run_id, "train", {"success", "failed"}, timeout=180)
     return _finish(
         stack,
@@ -545,7 +472,7 @@ def k15_outage_beyond_budget(stack, platform, flavor: Flavor) -> Outcome:
 def k16_cancelled_outside(stack, platform, flavor: Flavor) -> Outcome:
     dag = flavor.dag("kp_deferred")
     run_id, job = _start_deferred(stack, platform, dag)
-    platform.cancel(job["job_id"])
+    platform.console_cancel(job["job_id"])
     ti = stack.wait_ti(dag, run_id, "train", {"success", "failed"}, timeout=60)
     outcome = _finish(
         stack,
@@ -561,14 +488,15 @@ def k16_cancelled_outside(stack, platform, flavor: Flavor) -> Outcome:
 
 
 def k19_platform_auto_cancel(stack, platform, flavor: Flavor) -> Outcome:
-    """Together cancels a job by itself (invalid W&B key): the task fails quoting the event."""
-    dag = "kp_bad_wandb_key_together"
+    """The platform cancels a job by itself (Together: an invalid W&B key): the task fails quoting
+    the platform's event."""
+    dag = flavor.dag("kp_auto_cancel")
     run_id = stack.trigger(dag)
     ti = stack.wait_ti(dag, run_id, "train", {"success", "failed"}, timeout=120)
     return _finish(
         stack,
         platform,
-        "K19 platform auto-cancel (W&B key)",
+        "K19 platform auto-cancel",
         dag,
         run_id,
         expect_cancel=False,
@@ -659,7 +587,7 @@ def k8_triggerer_reassignment(stack, platform, flavors: list[Flavor]) -> dict[st
 def k17_already_failed(stack, platform, flavors: list[Flavor]) -> dict[str, Outcome]:
     # Hold each operator's first status check until its trainer has failed (it dies within ~5 s).
     for f in flavors:
-        platform.add_fault(method="GET", path_prefix=f.jobs_path + "/", delay_seconds=15, count=1)
+        ids = [platform.add_fault(**f.poll_rule(), delay_seconds=15, count=1)["id"] for f in flavors]
     try:
         runs = {f.name: (f.dag("kp_fails_fast"), stack.trigger(f.dag("kp_fails_fast"))) for f in flavors}
         tis = {
@@ -667,7 +595,8 @@ def k17_already_failed(stack, platform, flavors: list[Flavor]) -> dict[str, Outc
             for n, (dag, run) in runs.items()
         }
     finally:
-        platform.clear_faults()
+        for rule_id in ids:
+            platform.clear_faults(rule_id=rule_id)
     return {
         n: _finish(
             stack,
@@ -723,17 +652,23 @@ def k18_reaper_when_triggerer_down(stack, platform, flavors: list[Flavor]) -> di
 
 
 def k20_events_across_triggerer_restart(stack, platform, flavors: list[Flavor]) -> dict[str, Outcome]:
-    """Events streamed into the task log, the triggerer restarted mid-stream: each event once, in order."""
-    dag = "kp_events_together"
-    run_id, job = _start_deferred(stack, platform, dag)
+    """Events streamed into the task log, the triggerers restarted mid-stream: each event once, in order."""
+    from airflow_training_provider.hooks.training import TrainingPlatformHook
+
+    runs = {
+        f.name: (f, f.dag("kp_events"), *_start_deferred(stack, platform, f.dag("kp_events")))
+        for f in flavors
+    }
     time.sleep(4)  # some events are written before the restart
     names = _stop_triggerers(stack)
     time.sleep(2)
     for name in names:
         stack.start_triggerer(name)
-    ti = stack.wait_ti(dag, run_id, "train", {"success", "failed"}, timeout=180)
-    return {
-        "together": _finish(
+    outcomes = {}
+    for name, (flavor, dag, run_id, job) in runs.items():
+        ti = stack.wait_ti(dag, run_id, "train", {"success", "failed"}, timeout=180)
+        served = TrainingPlatformHook(flavor.conn_id).list_events(job["job_id"])
+        outcomes[name] = _finish(
             stack,
             platform,
             "K20 events across a triggerer restart",
@@ -741,41 +676,68 @@ def k20_events_across_triggerer_restart(stack, platform, flavors: list[Flavor]) 
             run_id,
             expect_cancel=False,
             log=stack.task_log(dag, run_id, "train", ti["try_number"]),
-            events=platform.together_events(job["job_id"]),
+            events=[{"type": e.type, "message": e.message} for e in served],
         )
+    return outcomes
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A row of the scenario table.
+
+    :ivar run: ``run(stack, platform, flavor) -> Outcome``, or for an exclusive scenario
+        ``run(stack, platform, flavors) -> {flavor name: Outcome}`` (all its platforms at once).
+    :ivar exclusive: it must run alone (it stops triggerers or faults every job of a platform).
+    :ivar applies: the platforms it applies to.
+    """
+
+    run: Callable[..., Any]
+    exclusive: bool = False
+    applies: Callable[[Flavor], bool] = lambda flavor: True
+
+    @property
+    def key(self) -> str:
+        return self.run.__name__
+
+
+_TABLE = [
+    Scenario(k1_mark_failed),
+    Scenario(k2_clear),
+    Scenario(k2b_clear_reattach),
+    Scenario(k3_mark_success),
+    Scenario(k3b_mark_success_option),
+    Scenario(k4_dag_run_failed),
+    Scenario(k4b_dagrun_timeout),
+    Scenario(k5_execution_timeout_deferred),
+    Scenario(k6_defer_timeout),
+    Scenario(k7_triggerer_restart, exclusive=True),
+    Scenario(k8_triggerer_reassignment, exclusive=True),
+    Scenario(k9_slow_cancel),
+    Scenario(k10_sigterm_task),
+    Scenario(k11_execution_timeout_running),
+    Scenario(k12_mark_failed_running),
+    Scenario(k13_worker_crash_reattach),
+    Scenario(k13b_worker_crash_adopt),
+    Scenario(k14_flaky_polling),
+    Scenario(k15_outage_beyond_budget),
+    Scenario(k16_cancelled_outside),
+    Scenario(k17_already_failed, exclusive=True),
+    Scenario(k18_reaper_when_triggerer_down, exclusive=True),
+    Scenario(k19_platform_auto_cancel, applies=lambda f: f.auto_cancel_spec is not None),
+    Scenario(k20_events_across_triggerer_restart, exclusive=True, applies=lambda f: f.events),
+]
+SCENARIOS: dict[str, Scenario] = {s.key: s for s in _TABLE}
+"""Scenario key (``k1_mark_failed``...) → its row."""
+
+
+def pairs(keys: list[str] | None = None, flavors: list[str] | None = None) -> set[tuple[str, str]]:
+    """Every ``(scenario, platform)`` pair that applies (of the given scenario keys and platforms)."""
+    return {
+        (key, name)
+        for key, scenario in SCENARIOS.items()
+        for name, flavor in FLAVORS.items()
+        if (keys is None or key in keys) and (flavors is None or name in flavors) and scenario.applies(flavor)
     }
-
-
-SHAREABLE = [
-    k1_mark_failed,
-    k2_clear,
-    k2b_clear_reattach,
-    k3_mark_success,
-    k3b_mark_success_option,
-    k4_dag_run_failed,
-    k4b_dagrun_timeout,
-    k5_execution_timeout_deferred,
-    k6_defer_timeout,
-    k9_slow_cancel,
-    k10_sigterm_task,
-    k11_execution_timeout_running,
-    k12_mark_failed_running,
-    k13_worker_crash_reattach,
-    k13b_worker_crash_adopt,
-    k14_flaky_polling,
-    k15_outage_beyond_budget,
-    k16_cancelled_outside,
-    k19_platform_auto_cancel,
-]
-EXCLUSIVE = [
-    k7_triggerer_restart,
-    k8_triggerer_reassignment,
-    k17_already_failed,
-    k18_reaper_when_triggerer_down,
-    k20_events_across_triggerer_restart,
-]
-TOGETHER_ONLY = {"k19_platform_auto_cancel", "k20_events_across_triggerer_restart"}
-SCENARIOS = {f.__name__: f for f in SHAREABLE + EXCLUSIVE}
 
 
 def _progress(message: str) -> None:
@@ -796,23 +758,24 @@ def run_scenarios(
     from concurrent.futures import ThreadPoolExecutor
 
     results: dict[tuple[str, str], Any] = {}
-    for scenario in EXCLUSIVE:
-        flavors = [FLAVORS[f] for (name, f) in sorted(wanted) if name == scenario.__name__]
-        if flavors:
-            t0 = time.monotonic()
-            try:
-                for flavor_name, outcome in scenario(stack, platform, flavors).items():
-                    results[(scenario.__name__, flavor_name)] = outcome
-            except Exception as exc:  # reported by each test of the group
-                results.update({(scenario.__name__, f.name): exc for f in flavors})
-            _progress(f"{scenario.__name__} {[f.name for f in flavors]}: {time.monotonic() - t0:.0f} s")
-    shared = [(name, f) for (name, f) in sorted(wanted) if SCENARIOS[name] in SHAREABLE]
+    for key, scenario in SCENARIOS.items():
+        flavors = [FLAVORS[f] for (name, f) in sorted(wanted) if name == key]
+        if not (scenario.exclusive and flavors):
+            continue
+        t0 = time.monotonic()
+        try:
+            for flavor_name, outcome in scenario.run(stack, platform, flavors).items():
+                results[(key, flavor_name)] = outcome
+        except Exception as exc:  # reported by each test of the group
+            results.update({(key, f.name): exc for f in flavors})
+        _progress(f"{key} {[f.name for f in flavors]}: {time.monotonic() - t0:.0f} s")
+    shared = [(name, f) for (name, f) in sorted(wanted) if not SCENARIOS[name].exclusive]
 
     def run_one(pair):
         name, flavor = pair
         t0 = time.monotonic()
         try:
-            return pair, SCENARIOS[name](stack, platform, FLAVORS[flavor])
+            return pair, SCENARIOS[name].run(stack, platform, FLAVORS[flavor])
         except Exception as exc:
             return pair, exc
         finally:

@@ -1,0 +1,10 @@
+"""The kill-path harness: a real Airflow stack (PostgreSQL, api-server, scheduler with
+LocalExecutor, dag-processor, two triggerers) and a local training platform, the K1–K20 scenarios
+(:mod:`.scenarios`) for every platform (:mod:`.flavors`), and their DAGs (``dags/kp_dags.py``).
+Used by ``tests/killpaths`` and ``scripts/killpath_benchmark.py``."""
+
+from airflow_training_provider.testing.killpaths.env import KillPathEnv
+from airflow_training_provider.testing.killpaths.flavors import FLAVORS, Flavor
+from airflow_training_provider.testing.killpaths.scenarios import SCENARIOS, Outcome, pairs, run_scenarios
+
+__all__ = ["FLAVORS", "SCENARIOS", "Flavor", "KillPathEnv", "Outcome", "pairs", "run_scenarios"]

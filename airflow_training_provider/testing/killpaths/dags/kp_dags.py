@@ -1,0 +1,103 @@
+"""DAGs for the kill-path scenarios, one per shape of task and platform: ``kp_<shape><suffix>`` for
+every flavor (``kp_deferred`` on TensorOne, ``kp_deferred_together`` on Together AI...).
+
+Each DAG has one task ``train`` (the reaper DAG: ``reap``). Jobs are paced by ``seconds_per_epoch``
+so that they run long enough for the action under test. ``PidRecordingSubmit`` pushes the task
+process's PID to XCom so a scenario can signal exactly that process. The harness copies this file
+into the stack's dags folder.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timedelta
+
+from airflow.sdk import DAG
+
+from airflow_training_provider.operators.reaper import ReapOrphanedTrainingJobsOperator
+from airflow_training_provider.operators.training_job import SubmitTrainingJobOperator
+from airflow_training_provider.testing.killpaths.flavors import FLAVORS
+
+START = datetime(2026, 1, 1)
+
+
+class PidRecordingSubmit(SubmitTrainingJobOperator):
+    def execute(self, context):
+        context["ti"].xcom_push(key="pid", value=os.getpid())
+        return super().execute(context)
+
+
+def dag(dag_id: str, **kwargs) -> DAG:
+    return DAG(dag_id=dag_id, schedule=None, start_date=START, catchup=False, **kwargs)
+
+
+for flavor in FLAVORS.values():
+    spec, conn_id, sfx = flavor.spec, flavor.conn_id, flavor.suffix
+    LONG = spec(epochs=400, seconds_per_epoch=0.5)  # ~200 s: outlives every action in the tests
+    deferred = {"conn_id": conn_id, "deferrable": True, "poll_interval": 2}
+    running = {"conn_id": conn_id, "deferrable": False, "poll_interval": 1}
+    fast_deferred = {"conn_id": conn_id, "deferrable": True, "poll_interval": 1}
+    retry = {"retries": 1, "retry_delay": timedelta(seconds=1)}
+
+    with dag(f"kp_deferred{sfx}"):
+        PidRecordingSubmit(task_id="train", spec=LONG, **deferred)
+
+    with dag(f"kp_deferred_mark_success_cancels{sfx}"):
+        PidRecordingSubmit(task_id="train", spec=LONG, cancel_on_mark_success=True, **deferred)
+
+    with dag(f"kp_deferred_reattach_on_clear{sfx}"):
+        PidRecordingSubmit(task_id="train", spec=LONG, reattach_on_clear=True, **deferred)
+
+    with dag(f"kp_dagrun_timeout{sfx}", dagrun_timeout=timedelta(seconds=30)):
+        PidRecordingSubmit(task_id="train", spec=LONG, **deferred)
+
+    with dag(f"kp_exec_timeout_deferred{sfx}"):
+        PidRecordingSubmit(
+            task_id="train", spec=LONG, execution_timeout=timedelta(seconds=25), **deferred,
+            retries=1, retry_delay=timedelta(seconds=2),
+        )  # fmt: skip
+
+    with dag(f"kp_defer_timeout{sfx}"):
+        PidRecordingSubmit(task_id="train", spec=LONG, defer_timeout=30, **deferred)
+
+    with dag(f"kp_running{sfx}"):
+        PidRecordingSubmit(task_id="train", spec=LONG, **running)
+
+    with dag(f"kp_running_exec_timeout{sfx}"):
+        PidRecordingSubmit(task_id="train", spec=LONG, execution_timeout=timedelta(seconds=25), **running)
+
+    with dag(f"kp_worker_crash_reattach{sfx}"):
+        PidRecordingSubmit(task_id="train", spec=LONG, **running, **retry)
+
+    with dag(f"kp_worker_crash_adopt{sfx}"):
+        PidRecordingSubmit(task_id="train", spec=spec(epochs=16, seconds_per_epoch=0.5), **running, **retry)
+
+    with dag(f"kp_short_deferred{sfx}"):
+        PidRecordingSubmit(
+            task_id="train", spec=spec(epochs=24, seconds_per_epoch=0.5), outage_budget=120, **fast_deferred
+        )
+
+    with dag(f"kp_medium_deferred{sfx}"):
+        PidRecordingSubmit(task_id="train", spec=spec(epochs=120, seconds_per_epoch=0.5), **deferred)
+
+    with dag(f"kp_outage_retry{sfx}"):
+        PidRecordingSubmit(
+            task_id="train", spec=spec(epochs=60, seconds_per_epoch=0.5), outage_budget=8, **fast_deferred,
+            retries=1, retry_delay=timedelta(seconds=2),
+        )  # fmt: skip
+
+    with dag(f"kp_fails_fast{sfx}"):
+        PidRecordingSubmit(
+            task_id="train", spec=spec(epochs=3, seconds_per_epoch=0.1, fail=True), **fast_deferred
+        )
+
+    with dag(f"kp_reaper{sfx}"):
+        ReapOrphanedTrainingJobsOperator(task_id="reap", conn_id=conn_id, min_age=5)
+
+    if flavor.auto_cancel_spec is not None:  # K19: the platform cancels the job by itself
+        with dag(f"kp_auto_cancel{sfx}"):
+            PidRecordingSubmit(task_id="train", spec=flavor.auto_cancel_spec, **fast_deferred)
+
+    if flavor.events:  # K20: events streamed across a triggerer restart
+        with dag(f"kp_events{sfx}"):
+            PidRecordingSubmit(task_id="train", spec=spec(epochs=30, seconds_per_epoch=0.5), **fast_deferred)
