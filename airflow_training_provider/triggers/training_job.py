@@ -123,13 +123,12 @@ class TrainingJobTrigger(BaseTrigger):
             report = JobReport(self.log, cursor or 0)
 
             async def write(step: Step) -> None:
+                report(step)
                 if isinstance(step, NewEvents):
-                    try:  # save first; write even if a triggerer shutdown cancels us during the save
-                        await self._save_cursor(step.cursor)
-                    finally:
-                        report(step)
-                else:
-                    report(step)
+                    # Written first, then the cursor saved (shielded: a triggerer shutdown does not
+                    # stop the save): an event is repeated only if the process dies in between,
+                    # never lost — log lines written after a cancellation do not reach the task log.
+                    await self._save_cursor(step.cursor)
 
             wait = wait_for_job(client.ops, self.job_id, polling, self.policy, self.deadline, cursor)
             outcome = await client.drive(wait, write)
