@@ -67,6 +67,11 @@ class JobStateConflictError(TrainingPlatformError):
     """409: the job's state forbids the call (e.g. cancelling a job that already ended)."""
 
 
+class JobAlreadyExistsError(JobStateConflictError):
+    """The platform already has a job under the name a create asked for (AWS ``ResourceInUse``).
+    For a name the provider derived from the task-instance try, that job is this try's own."""
+
+
 class LostContactError(TrainingPlatformError):
     """The platform could not be reached for longer than the outage budget (seconds)."""
 

@@ -38,6 +38,8 @@ def get_provider_info() -> dict[str, Any]:
             for kind, modules in _MODULES.items()
         },
         "connection-types": [
-            p.provider_connection_type("airflow_training_provider.hooks.training") for p in platforms
+            entry
+            for p in platforms
+            if (entry := p.provider_connection_type("airflow_training_provider.hooks.training")) is not None
         ],
     }

@@ -56,9 +56,10 @@ class Progress(_Model):
 class Checkpoint(_Model):
     """A saved model state.
 
-    ``kind`` is the platform's checkpoint type (``automatic``, ``best``, ``manual``, ``final``);
-    ``path`` is the storage location when the platform reports one (TensorOne: download URL or, on
-    the local platform, the file path).
+    ``kind`` is the platform's checkpoint type (``automatic``, ``best``, ``manual``, ``final``), or
+    ``location`` for the place a platform keeps the job's own checkpoints without listing them
+    (SageMaker's ``CheckpointConfig.S3Uri``); ``path`` is the storage location when the platform
+    reports one (TensorOne: download URL or, on the local platform, the file path).
     """
 
     id: str
@@ -71,11 +72,13 @@ class Checkpoint(_Model):
 
 
 class Cost(_Model):
-    """Spend in USD: ``total_usd`` so far (final once the job is terminal) and the estimate."""
+    """Spend in USD: ``total_usd`` so far (final once the job is terminal) and the estimate;
+    ``billable_seconds`` where the platform reports billed time rather than money (SageMaker)."""
 
     total_usd: float | None = None
     estimated_total_usd: float | None = None
     breakdown_usd: dict[str, float] = Field(default_factory=dict)
+    billable_seconds: float | None = None
 
 
 class JobEvent(_Model):
@@ -100,6 +103,8 @@ class TrainingJob(_Model):
     :ivar cost: spend in USD.
     :ivar console_url: a link a person can open for this job.
     :ivar tags: identity tags the job carries (``airflow-*`` tags set by this provider).
+    :ivar artifacts: where the job's outputs are, by kind (``model``, ``checkpoints``: URIs).
+    :ivar events: platform events embedded in the job object (platforms whose events come that way).
     """
 
     id: str
@@ -114,6 +119,8 @@ class TrainingJob(_Model):
     cost: Cost = Field(default_factory=Cost)
     console_url: str | None = None
     tags: list[str] = Field(default_factory=list)
+    artifacts: dict[str, str] = Field(default_factory=dict)
+    events: list[JobEvent] = Field(default_factory=list)
     created_at: datetime | None = None
     started_at: datetime | None = None
     updated_at: datetime | None = None
@@ -190,6 +197,9 @@ def complete_cancel_result(result: CancelResult, job: TrainingJob) -> CancelResu
     update: dict[str, Any] = {"state": job.state}
     if final is not None and (result.final_checkpoint_id in (None, final.id)) and final.kind == "final":
         update |= {"final_checkpoint_id": final.id, "final_checkpoint_path": final.path}
+    elif final is not None and final.kind == "location" and job.is_terminal:
+        # the platform keeps the job's own checkpoints at a location (SageMaker: CheckpointConfig.S3Uri)
+        update |= {"final_checkpoint_path": final.path}
     if job.metrics and not result.final_metrics:
         update["final_metrics"] = dict(job.metrics)
     if job.cost.total_usd is not None:

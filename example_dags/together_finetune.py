@@ -56,7 +56,9 @@ with DAG(
     def report(job: dict) -> dict:
         last = job["checkpoints"][-1] if job["checkpoints"] else None
         ref = f"{job['id']}:{last['step']}" if last else None
-        print(f"fine-tune {job['id']} {job['state']}: {len(job['checkpoints'])} checkpoints, from_checkpoint={ref}")
+        print(
+            f"fine-tune {job['id']} {job['state']}: {len(job['checkpoints'])} checkpoints, from_checkpoint={ref}"
+        )
         return {"job_id": job["id"], "from_checkpoint": ref, "cost_usd": job["cost"].get("total_usd")}
 
     report(finetune.output)

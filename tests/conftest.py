@@ -16,14 +16,39 @@ import pytest  # noqa: E402
 from airflow_training_provider.local_platform.server import LocalPlatformServer  # noqa: E402
 
 API_KEY = "test-key-not-a-secret"
+AWS_ACCESS_KEY_ID = "AKIDTESTLOCAL"
+"""The SageMaker emulation checks signatures for this key pair (secret: :data:`API_KEY`)."""
 
 
 @pytest.fixture(scope="session")
 def platform(tmp_path_factory):
-    """A local training platform for the whole session: 4 simulated GPUs, fast epochs."""
+    """A local training platform for the whole session: 4 simulated GPUs, fast epochs, SageMaker
+    signatures checked, a 5 s stop grace."""
     data_dir = tmp_path_factory.mktemp("platform")
-    with LocalPlatformServer(data_dir, gpus=4, seconds_per_epoch=0.3, api_key=API_KEY) as server:
+    with LocalPlatformServer(
+        data_dir,
+        gpus=4,
+        seconds_per_epoch=0.3,
+        api_key=API_KEY,
+        sagemaker_access_key_id=AWS_ACCESS_KEY_ID,
+        sagemaker_secret_access_key=API_KEY,
+        sagemaker_stop_grace_seconds=5,
+    ) as server:
         yield server
+
+
+def aws_connection(url: str, **extra) -> str:
+    """An ``aws`` connection to the local platform's SageMaker, as ``AIRFLOW_CONN_*`` JSON."""
+    import json
+
+    return json.dumps(
+        {
+            "conn_type": "aws",
+            "login": AWS_ACCESS_KEY_ID,
+            "password": API_KEY,
+            "extra": {"region_name": "us-east-1", "endpoint_url": url, **extra},
+        }
+    )
 
 
 @pytest.fixture(scope="session")

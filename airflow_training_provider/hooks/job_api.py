@@ -27,10 +27,11 @@ class JobApi:
     def drive(self, operation: Operation[Any], report: Callable[[Any], Any] | None = None) -> Any:
         raise NotImplementedError
 
-    def create_job(self, spec: dict[str, Any]):
-        """Submit a job. ``spec`` must already be validated (``Dialect.validate_spec``) and tagged.
-        Returns the new :class:`TrainingJob`."""
-        return self.drive(self.ops.create_job(spec))
+    def create_job(self, spec: dict[str, Any], tags: list[str] | None = None):
+        """Submit a job. ``spec`` must already be validated (``Dialect.validate_spec``) and tagged
+        with ``tags`` (``Dialect.with_tags``). Returns the new :class:`TrainingJob` (or, on platforms
+        where the client names jobs, this try's job if an earlier send of the create landed)."""
+        return self.drive(self.ops.create_job(spec, tags))
 
     def get_job(self, job_id: str, budget: float | None = None):
         """Job ``job_id`` now (:class:`TrainingJob`); ``budget``: seconds to ride out transient errors.

@@ -52,7 +52,9 @@ class AsyncTrainingPlatformHook(HttpAsyncHook):
     @asynccontextmanager
     async def client(self) -> AsyncIterator[AsyncTrainingPlatformClient]:
         """Resolve the connection once and yield a client bound to one HTTP session."""
-        self._platform_connection = PlatformConnection.resolve(await get_async_connection(self.conn_id))
+        conn = await get_async_connection(self.conn_id)
+        # in a thread: a cloud platform may create a session here (e.g. AWS assume-role calls STS)
+        self._platform_connection = await asyncio.to_thread(PlatformConnection.resolve, conn)
         config = await self.config()  # headers and options from the extras, via aget_connection above
         timeout = aiohttp.ClientTimeout(total=self.retry_policy.call_timeout)
         options: dict[str, Any] = {}
@@ -114,7 +116,12 @@ class AsyncTrainingPlatformClient(JobApi):
 
     async def _send(self, request: ApiRequest) -> Any:
         conn = self.connection
-        http = prepare_request(conn.dialect, conn.base_url, request, conn.credentials)
+        if conn.credentials.source is None:
+            http = prepare_request(conn.dialect, conn.base_url, request, conn.credentials)
+        else:  # refreshable credentials may call out to refresh while signing: not on the event loop
+            http = await asyncio.to_thread(
+                prepare_request, conn.dialect, conn.base_url, request, conn.credentials
+            )
         try:
             async with self.session.request(
                 http.method, http.url, data=http.body or None, headers=http.headers, **self._options

@@ -22,7 +22,7 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
-from airflow_training_provider.errors import JobStateConflictError
+from airflow_training_provider.errors import JobAlreadyExistsError, JobStateConflictError
 from airflow_training_provider.events import explain_failure
 from airflow_training_provider.models import (
     CancelRequest,
@@ -101,10 +101,34 @@ class JobOperations:
         return job.model_copy(update={"console_url": self.dialect.console_url(self.base_url, job.id)})
 
     # -- the job API ---------------------------------------------------------------------------
-    def create_job(self, spec: dict[str, Any]) -> Operation[TrainingJob]:
-        """Submit ``spec`` (already validated and tagged); the new job, with its console link."""
-        body = yield from self._call(self.dialect.create_request(spec))
+    def create_job(self, spec: dict[str, Any], tags: list[str] | None = None) -> Operation[TrainingJob]:
+        """Submit ``spec`` (already validated and tagged with ``tags``); the new job, with its console link.
+
+        Where the client names the job (:meth:`Dialect.created_job_id`), a create answered "already
+        exists" is read back: a job carrying every one of ``tags`` (the try's identity) is this create
+        (or an earlier send of it) having landed — returned, never a second job and never an error.
+
+        :raises JobAlreadyExistsError: the name is taken by a job that is not this try's.
+        """
+        try:
+            body = yield from self._call(self.dialect.create_request(spec))
+        except JobAlreadyExistsError:
+            job_id = self.dialect.created_job_id(spec)
+            if job_id is None or not tags:
+                raise
+            existing = yield from self._tagged_job(job_id)
+            if existing is None or not set(tags) <= set(existing.tags):
+                raise
+            return existing
         return self._linked(self.dialect.parse_created(body))
+
+    def _tagged_job(self, job_id: str) -> Operation[TrainingJob | None]:
+        """Job ``job_id`` with its tags (where the job object lacks them, through the list call)."""
+        request = self.dialect.tagged_job_request(job_id)
+        if request is None:
+            return (yield from self.get_job(job_id))
+        found = [j for j in self.dialect.parse_list((yield from self._call(request))) if j.id == job_id]
+        return self._linked(found[0]) if found else None
 
     def get_job(self, job_id: str, budget: float | None = None) -> Operation[TrainingJob]:
         """Job ``job_id`` now. ``budget``: seconds to ride out transient errors (outage budget).
@@ -116,6 +140,8 @@ class JobOperations:
 
     def list_events(self, job_id: str, budget: float | None = None) -> Operation[list[JobEvent]]:
         """The job's platform events, oldest first (``[]`` for platforms without events)."""
+        if self.dialect.capabilities.events_in_job:
+            return (yield from self.get_job(job_id, budget)).events
         request = self.dialect.events_request(job_id)
         if request is None:
             return []
@@ -188,7 +214,8 @@ class JobOperations:
             job = yield from self.get_job(job_id, budget)
             events = None
             if streaming:
-                events = yield from self.list_events(job_id, budget)
+                in_job = self.dialect.capabilities.events_in_job
+                events = job.events if in_job else (yield from self.list_events(job_id, budget))
                 if len(events) > cursor:
                     yield NewEvents(tuple(events[cursor:]), len(events))
                     cursor = len(events)

@@ -31,7 +31,8 @@ simulate a slow GPU), ``validation_fraction`` (default 0.2), ``report_interval_s
 ``checkpoint_epochs`` (list of epoch numbers after which to write an automatic checkpoint; default None = every
 epoch),
 ``resume_from`` (path of a checkpoint file written by this program; training resumes at the epoch after the
-checkpoint's ``epoch`` with the checkpoint's model, optimizer state and scaler).
+checkpoint's ``epoch`` with the checkpoint's model, optimizer state and scaler), ``checkpoint_dir`` (where
+checkpoint files go; default ``<job-dir>/checkpoints``).
 
 Signals: SIGTERM = stop gracefully *with* a final checkpoint: finish the current mini-batch, write
 ``checkpoints/ckpt_final.joblib``, print its checkpoint line and ``stopped``, exit 0. SIGINT = stop gracefully
@@ -75,6 +76,7 @@ DEFAULTS: dict[str, Any] = {
     "checkpoint_epochs": None,
     "resume_from": None,
     "fail_with": None,
+    "checkpoint_dir": None,
 }
 """Default value of every config key. ``fail_with`` (fault injection for tests): fail right after
 loading the data, with this message — a job that fails without bad hyperparameters."""
@@ -141,10 +143,14 @@ def load_dataset(name: str):
     return loaders[name](return_X_y=True)
 
 
-def _save_checkpoint(job_dir: str, state: dict[str, Any]) -> tuple[str, int]:
+def checkpoint_dir(job_dir: str, config: dict[str, Any]) -> str:
+    """Where checkpoints go: ``config["checkpoint_dir"]``, else ``<job_dir>/checkpoints``."""
+    return config.get("checkpoint_dir") or os.path.join(job_dir, "checkpoints")
+
+
+def _save_checkpoint(ckpt_dir: str, state: dict[str, Any]) -> tuple[str, int]:
     import joblib
 
-    ckpt_dir = os.path.join(job_dir, "checkpoints")
     os.makedirs(ckpt_dir, exist_ok=True)
     path = os.path.abspath(os.path.join(ckpt_dir, f"{state['checkpoint_id']}.joblib"))
     tmp = path + ".tmp"
@@ -312,7 +318,7 @@ def _write_and_report(job_dir, model, scaler, classes, cfg, ckpt_id, kind, epoch
         "created_at": time.time(),
     }
     started = time.monotonic()
-    path, size = _save_checkpoint(job_dir, state)
+    path, size = _save_checkpoint(checkpoint_dir(job_dir, cfg), state)
     slow = float(cfg.get("checkpoint_seconds") or 0.0) - (time.monotonic() - started)
     if slow > 0:  # simulate a big model's slow checkpoint upload; deliberately not cut short by a stop
         time.sleep(slow)

@@ -137,7 +137,8 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
         if job is None:
             if self._resume_from is not None:
                 spec = hook.dialect.resume_spec(spec, *self._resume_from) or spec
-            job = hook.create_job(hook.dialect.with_tags(spec, identity.tags()))
+            tags = identity.tags()
+            job = hook.create_job(hook.dialect.with_tags(spec, tags), tags)
             self.log.info("Submitted training job %s on %s: %s", job.id, hook.dialect.name, job.console_url)
         self.remember(context, identity, job)
         if not self.wait_for_completion:

@@ -3,7 +3,7 @@ Airflow connection type. Adding a platform adds its module to :data:`PLATFORMS` 
 
 from __future__ import annotations
 
-from airflow_training_provider.platforms import tensorone, together
+from airflow_training_provider.platforms import sagemaker, tensorone, together
 from airflow_training_provider.platforms.base import (
     ApiRequest,
     Capabilities,
@@ -13,7 +13,9 @@ from airflow_training_provider.platforms.base import (
 )
 from airflow_training_provider.platforms.descriptor import PlatformDescriptor
 
-PLATFORMS: dict[str, PlatformDescriptor] = {p.conn_type: p for p in (tensorone.PLATFORM, together.PLATFORM)}
+PLATFORMS: dict[str, PlatformDescriptor] = {
+    p.conn_type: p for p in (tensorone.PLATFORM, together.PLATFORM, sagemaker.PLATFORM)
+}
 """Connection type → platform descriptor."""
 
 

@@ -22,7 +22,7 @@ from datetime import datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from airflow_training_provider.errors import (
     InvalidJobSpecError,
@@ -62,6 +62,13 @@ def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
         return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
     except (TypeError, ValueError):
         return None
+
+
+class WireModel(BaseModel):
+    """Base of every platform's wire models: unknown fields are kept, so a vendor adding fields never
+    breaks a poll."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
 
 
 @dataclass(frozen=True)
@@ -116,6 +123,7 @@ class Capabilities:
     :ivar final_checkpoint_on_cancel: cancel can ask the job to save a final checkpoint.
     :ivar preserve_checkpoints_flag: cancel can be told to keep or delete checkpoints.
     :ivar events: the platform has a job event list worth streaming into the task log.
+    :ivar events_in_job: the events come in the job object itself (no events endpoint).
     :ivar list_jobs: jobs can be listed by tag (needed by re-attach and the orphan reaper).
     :ivar checkpoints_in_job: the job object lists its checkpoints; if not, the checkpoints
         endpoint is asked when a job ends.
@@ -124,6 +132,7 @@ class Capabilities:
     final_checkpoint_on_cancel: bool = False
     preserve_checkpoints_flag: bool = False
     events: bool = False
+    events_in_job: bool = False
     list_jobs: bool = False
     checkpoints_in_job: bool = True
 
@@ -140,6 +149,8 @@ class Credentials:
     :ivar session_token: temporary-credential token (STS), when there is one.
     :ivar region: cloud region, e.g. ``us-east-1``.
     :ivar project: project or workspace id the API's paths or headers carry.
+    :ivar source: a provider of refreshable credentials the dialect asks at signing time (AWS:
+        botocore's credentials, refreshed when a role session expires); ``None`` for static ones.
     """
 
     api_key: str | None = field(default=None, repr=False)
@@ -148,6 +159,7 @@ class Credentials:
     session_token: str | None = field(default=None, repr=False)
     region: str | None = None
     project: str | None = None
+    source: Any = field(default=None, repr=False, compare=False)
 
 
 class Dialect(ABC):
@@ -192,6 +204,12 @@ class Dialect(ABC):
         cannot resume from a checkpoint."""
         return None
 
+    def created_job_id(self, spec: dict[str, Any]) -> str | None:
+        """The id a create of ``spec`` (validated and tagged) will have, when the client chooses it
+        (a SageMaker job name); ``None`` when the platform assigns ids. With a known id, a create
+        answered "already exists" for a job carrying this try's tags is that create having landed."""
+        return None
+
     # -- requests -----------------------------------------------------------------------------
     @abstractmethod
     def create_request(self, spec: dict[str, Any]) -> ApiRequest: ...
@@ -210,6 +228,11 @@ class Dialect(ABC):
         raise NotImplementedError(f"{self.name} cannot list jobs")
 
     def events_request(self, job_id: str) -> ApiRequest | None:
+        return None
+
+    def tagged_job_request(self, job_id: str) -> ApiRequest | None:
+        """A request whose answer (read with :meth:`parse_list`) holds job ``job_id`` with its tags,
+        for platforms whose job object leaves the tags out (SageMaker); ``None``: the job has them."""
         return None
 
     def encode_body(self, request: ApiRequest) -> bytes:

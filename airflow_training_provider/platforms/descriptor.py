@@ -11,8 +11,47 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
+from airflow_training_provider.errors import PlatformAuthError
 from airflow_training_provider.platforms.base import Credentials, Dialect
+
+_LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+def base_url_of(host: str | None, schema: str | None, port: int | None, default: str) -> str:
+    """The API base URL of a connection, without a trailing slash.
+
+    * no host → ``default`` (the platform's public API);
+    * a host with a scheme (``http://127.0.0.1:8765``, ``https://api.example.com/prefix``) is used as
+      it is;
+    * a bare host gets the connection's ``schema`` when that is ``http``/``https``, else ``https``
+      (``http`` for a loopback host: the local training platform);
+    * ``port`` is added when the host names none.
+    """
+    host = (host or "").strip()
+    if not host:
+        return default.rstrip("/")
+    if "://" not in host:
+        name = urlsplit(f"//{host}").hostname or ""
+        scheme = schema if schema in ("http", "https") else ("http" if name in _LOOPBACK_HOSTS else "https")
+        host = f"{scheme}://{host}"
+    parts = urlsplit(host)
+    netloc = parts.netloc
+    if port and parts.port is None:
+        netloc = f"{netloc}:{port}"
+    return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), parts.query, "")).rstrip("/")
+
+
+@dataclass(frozen=True)
+class ConnectionParts:
+    """What a platform reads from an Airflow connection: its credentials, the API base URL, and
+    the extras left for the HTTP session (proxies, ``verify``, extra headers)."""
+
+    credentials: Credentials = field(repr=False)
+    base_url: str
+    transport_extra: dict[str, Any] = field(default_factory=dict)
+
 
 #: the Airflow connection fields a credential may come from, besides ``extra.<key>``.
 _CONNECTION_FIELDS = ("login", "password")
@@ -70,7 +109,38 @@ class PlatformDescriptor:
         """Connection extras this platform reads as credentials (not sent as HTTP headers)."""
         return tuple(s.removeprefix("extra.") for s in self.credentials.values() if s.startswith("extra."))
 
-    # -- credentials ------------------------------------------------------------------------------
+    #: whether this provider registers ``conn_type`` with Airflow (``False`` when another provider
+    #: owns it, like the Amazon provider's ``aws``).
+    registers_connection_type = True
+
+    # -- reading a connection ---------------------------------------------------------------------
+    def connect(self, conn: Any) -> ConnectionParts:
+        """Credentials, base URL and transport extras of Airflow connection ``conn``.
+
+        :raises PlatformAuthError: a required credential is missing (named, with the field to set).
+        """
+        credentials = self.read_credentials(conn)
+        missing = self.missing_credentials(credentials)
+        if missing:
+            labels = ", ".join(self._label(m) for m in missing)
+            raise PlatformAuthError(
+                f"Connection {conn.conn_id!r} ({self.display_name}) has no {labels}: set its {' and '.join(missing)}"
+            )
+        reserved = {k for key in self.extra_keys for k in (key, f"extra__{self.conn_type}__{key}")}
+        extra = {k: v for k, v in (conn.extra_dejson or {}).items() if k not in reserved}
+        return ConnectionParts(
+            credentials, base_url_of(conn.host, conn.schema, conn.port, self.default_url(credentials)), extra
+        )
+
+    @property
+    def credential_hint(self) -> str:
+        """The connection fields that hold the credentials (for error messages)."""
+        return " / ".join(dict.fromkeys(self.credentials.values()))
+
+    def _label(self, source: str) -> str:
+        name = next(n for n, s in self.credentials.items() if s == source)
+        return self.labels.get(name, name.replace("_", " "))
+
     def read_credentials(self, conn: Any) -> Credentials:
         """The credentials in Airflow connection ``conn``. An extra is read under its plain key or
         the form's ``extra__<conn_type>__<key>`` key."""
@@ -124,8 +194,11 @@ class PlatformDescriptor:
                 }
         return out
 
-    def provider_connection_type(self, hooks_module: str) -> dict[str, Any]:
-        """This platform's ``connection-types`` entry of ``get_provider_info``."""
+    def provider_connection_type(self, hooks_module: str) -> dict[str, Any] | None:
+        """This platform's ``connection-types`` entry of ``get_provider_info`` (``None`` when another
+        provider owns the connection type)."""
+        if not self.registers_connection_type:
+            return None
         entry: dict[str, Any] = {
             "hook-class-name": f"{hooks_module}.{self.hook_class_name}",
             "connection-type": self.conn_type,

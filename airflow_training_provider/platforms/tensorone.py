@@ -13,7 +13,7 @@ import re
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+from pydantic import Field, PositiveInt
 
 from airflow_training_provider.errors import InvalidJobSpecError
 from airflow_training_provider.models import (
@@ -25,14 +25,13 @@ from airflow_training_provider.models import (
     Progress,
     TrainingJob,
 )
-from airflow_training_provider.platforms.base import ApiRequest, Capabilities, Dialect
+from airflow_training_provider.platforms.base import ApiRequest, Capabilities, Dialect, WireModel
 from airflow_training_provider.platforms.descriptor import PlatformDescriptor
 
 # -- wire models: responses (docs/platforms/tensorone.md: create, get, cancel) ---------------------------------------------------
 
 
-class _Wire(BaseModel):
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
+_Wire = WireModel
 
 
 class WireProgress(_Wire):

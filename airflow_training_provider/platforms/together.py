@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator, model_validator
+from pydantic import Field, PositiveInt, field_validator, model_validator
 
 from airflow_training_provider.errors import JobStateConflictError, TrainingPlatformError
 from airflow_training_provider.models import (
@@ -41,7 +41,7 @@ from airflow_training_provider.models import (
     Progress,
     TrainingJob,
 )
-from airflow_training_provider.platforms.base import ApiRequest, Capabilities, Dialect
+from airflow_training_provider.platforms.base import ApiRequest, Capabilities, Dialect, WireModel
 from airflow_training_provider.platforms.descriptor import PlatformDescriptor
 
 TAGS_KEY = "x_airflow_tags"
@@ -55,8 +55,7 @@ PATH = "/v1/fine-tunes"
 # -- wire models: responses (docs/platforms/together.md) ----------------------------------------------
 
 
-class _Wire(BaseModel):
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
+_Wire = WireModel
 
 
 class WireProgress(_Wire):

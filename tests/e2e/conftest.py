@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from airflow_training_provider.local_platform.server import LocalPlatformServer
-from tests.conftest import API_KEY
+from tests.conftest import API_KEY, aws_connection
 
 ROOT = Path(__file__).resolve().parents[2]
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
@@ -76,6 +76,7 @@ def airflow_env(tmp_path_factory, conn_uri_env, platform, broke_platform) -> Air
         "AIRFLOW_CONN_TOGETHER_BROKE": json.dumps(
             {"conn_type": "together", "host": broke_platform.url, "password": API_KEY}
         ),
+        "AIRFLOW_CONN_AWS_LOCAL": aws_connection(platform.url),
         "TRAINING_MODEL_REGISTRY": str(registry),
         "PYTHONUNBUFFERED": "1",
     }

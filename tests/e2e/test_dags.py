@@ -36,6 +36,29 @@ def test_example_dag_trains_evaluates_and_promotes(airflow_env, platform):
     assert API_KEY not in out
 
 
+def test_sagemaker_example_dag_trains_evaluates_and_promotes(airflow_env, platform):
+    before = {j["job_id"] for j in platform_jobs(platform)}
+    run = airflow_env.dags_test("sagemaker_retrain_digits")
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out[-5000:]
+    new = [j for j in platform_jobs(platform) if j["job_id"] not in before]
+    assert len(new) == 1 and new[0]["platform"] == "sagemaker", "exactly one job submitted"
+    job = new[0]
+    assert (
+        job["state"] == "succeeded" and job["job_id"].startswith("digits-") and job["job_id"].endswith("-t1")
+    )
+    record = json.loads((airflow_env.registry / "digits-sagemaker.json").read_text())
+    assert record["job_id"] == job["job_id"] and record["validation_accuracy"] >= 0.90
+    assert record["model_artifact"].endswith(f"/{job['job_id']}/output/model.tar.gz")
+    assert record["billable_seconds"] >= 1
+    assert [c for c in job["checkpoints"] if c["kind"] == "automatic"], (
+        "checkpoints in the checkpoint location"
+    )
+    for status in ("Starting", "Downloading", "Training", "Uploading", "Completed"):
+        assert f"[{status}]" in out, f"transition {status} not in the task log"
+    assert API_KEY not in out
+
+
 def test_failed_job_fails_the_task_with_platform_message(airflow_env, platform):
     run = airflow_env.dags_test("e2e_failing_job")
     out = run.stdout + run.stderr

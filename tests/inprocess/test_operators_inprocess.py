@@ -9,11 +9,13 @@ import threading
 import time
 import uuid
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from airflow.sdk.exceptions import AirflowTaskTimeout
 
 from airflow_training_provider.cancellation import GiveUp
+from airflow_training_provider.hooks.transport import RetryPolicy
 from airflow_training_provider.job_task import (
     LostContactWithPlatform,
     TrainingJobCancelledByAirflow,
@@ -50,13 +52,33 @@ def together_spec(epochs: int = 2) -> dict:
     }
 
 
+def sagemaker_spec(epochs: int = 2, **hyper) -> dict:
+    return {
+        "RoleArn": "arn:aws:iam::123456789012:role/InProcess",
+        "AlgorithmSpecification": {"TrainingImage": "local/digits-mlp:1"},
+        "InputDataConfig": [
+            {
+                "ChannelName": "train",
+                "DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": "s3://d/digits/"}},
+            }
+        ],
+        "OutputDataConfig": {"S3OutputPath": "s3://ip/output"},
+        "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 10},
+        "StoppingCondition": {"MaxRuntimeInSeconds": 3600},
+        "CheckpointConfig": {"S3Uri": f"s3://ip/checkpoints/{uuid.uuid4().hex[:8]}"},
+        "HyperParameters": {"epochs": epochs, "seconds_per_epoch": FAST["seconds_per_epoch"], **hyper},
+    }
+
+
 def submit(conn: str, spec: dict, **kwargs) -> SubmitTrainingJobOperator:
     kwargs.setdefault("poll_interval", 0.5)
     return SubmitTrainingJobOperator(task_id="train", conn_id=f"{conn}_local", spec=spec, **kwargs)
 
 
 @pytest.mark.parametrize("deferrable", [True, False], ids=["deferred", "worker"])
-@pytest.mark.parametrize(("conn", "spec"), [("tensorone", tensorone_spec), ("together", together_spec)])
+@pytest.mark.parametrize(
+    ("conn", "spec"), [("tensorone", tensorone_spec), ("together", together_spec), ("aws", sagemaker_spec)]
+)
 def test_submit_and_wait_succeeds_the_same_way_deferred_or_on_the_worker(
     control, conn, spec, deferrable, capfd
 ):
@@ -67,6 +89,7 @@ def test_submit_and_wait_succeeds_the_same_way_deferred_or_on_the_worker(
     assert job["state"] == "succeeded" and result["state"] == "succeeded"
     assert result["id"] == job["job_id"] and result["console_url"] == ctx["ti"].xcoms["console_url"]
     assert result["checkpoints"] and all(c["path"] for c in result["checkpoints"])
+    assert job["checkpoints"] and all(Path(c["path"]).is_file() for c in job["checkpoints"])
     assert ctx["task_state_store"].get("training_job")["job_id"] == job["job_id"]
     if conn == "together":  # every platform event in the task log, once, in order
         captured = capfd.readouterr()
@@ -74,6 +97,34 @@ def test_submit_and_wait_succeeds_the_same_way_deferred_or_on_the_worker(
         served = [(e.type, e.message) for e in TogetherDialect().parse_events(together_events(job))]
         assert logged == [(t, m) for t, m in served]
         assert logged[-1][0] == "job_complete"
+
+
+def test_sagemaker_create_throttled_three_times_makes_exactly_one_job(control):
+    op = submit("aws", sagemaker_spec(), deferrable=True)
+    rule = control.add_fault(
+        method="POST", path_prefix="/", header="X-Amz-Target", header_value="SageMaker.CreateTrainingJob",
+        body_contains=op.spec["CheckpointConfig"]["S3Uri"], status=400, code="ThrottlingException", count=3,
+    )  # fmt: skip
+    op.hook.retry_policy = RetryPolicy(initial_backoff=0.1, max_backoff=0.2)
+    ctx = task_context(op, run_id="throttled")
+    result = run_task(op, ctx)
+    assert control.fault(rule["id"])["fired"] == 3
+    jobs = control.jobs(tags=["airflow-run:throttled"], platform="sagemaker")
+    assert [j["job_id"] for j in jobs] == [result["id"]] and result["state"] == "succeeded"
+
+
+def test_sagemaker_max_runtime_stops_the_job_and_fails_the_task(control):
+    spec = sagemaker_spec(epochs=300)
+    spec["StoppingCondition"] = {"MaxRuntimeInSeconds": 3}
+    op = submit("aws", spec, deferrable=True)
+    ctx = task_context(op, run_id="max-runtime")
+    with pytest.raises(TrainingJobFailed, match="MaxRuntimeExceeded"):
+        run_task(op, ctx)
+    job = control.job(ctx["ti"].xcoms["job_id"])
+    assert job["state"] == "cancelled" and job["cancel"]["initiator"] == "platform"
+    assert [c for c in job["checkpoints"] if c["kind"] == "final"], (
+        "the SIGTERM grace saved a final checkpoint"
+    )
 
 
 def test_a_failed_job_fails_the_task_with_the_platform_reason(control):

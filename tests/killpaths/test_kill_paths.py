@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from airflow_training_provider.local_platform.control import LocalPlatformControl
-from airflow_training_provider.testing.killpaths import FLAVORS, Outcome, pairs
+from airflow_training_provider.testing.killpaths import Outcome, pairs
+from airflow_training_provider.testing.killpaths.flavors import flavor_of
 
 # The first test's setup runs every selected scenario (see conftest.outcomes): give it the time.
 # They share one stack: under pytest-xdist (--dist loadgroup) one worker runs them all.
@@ -40,7 +41,7 @@ def assert_cancelled_once_keeping_checkpoints(o: Outcome, job: dict | None = Non
     assert accepted[0]["preserve_checkpoints"] is True
     files = [Path(c["path"]) for c in job["checkpoints"]]
     assert files and all(f.is_file() for f in files), job["checkpoints"]
-    if FLAVORS[job["platform"]].final_checkpoint:
+    if flavor_of(job).final_checkpoint:
         assert accepted[0]["create_final_checkpoint"] is True
         assert o.final_checkpoint_files(job), job["checkpoints"]
     return job
@@ -97,7 +98,7 @@ def test_k5_execution_timeout_while_deferred(outcome):
     first, second = outcome.notes["first"], outcome.notes["second"]
     assert_cancelled_once_keeping_checkpoints(outcome, first)
     assert abs(outcome.latency) < 15, f"cancel arrived {outcome.latency:.1f} s from the 25 s deadline"
-    if FLAVORS[first["platform"]].cancel_reason:
+    if flavor_of(first).cancel_reason:
         assert "execution_timeout" in first["cancel_requests"][0]["reason"]
     assert second["created_at"] >= first["finished_at"], "the retry ran beside the first job"
 

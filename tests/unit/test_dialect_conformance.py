@@ -28,8 +28,9 @@ from airflow_training_provider.hooks.connection import PlatformConnection
 from airflow_training_provider.hooks.training import PLATFORM_HOOKS
 from airflow_training_provider.hooks.transport import prepare_request
 from airflow_training_provider.models import CancelRequest, JobState
-from airflow_training_provider.platforms import PLATFORMS, tensorone, together
+from airflow_training_provider.platforms import PLATFORMS, sagemaker, tensorone, together
 from airflow_training_provider.platforms.descriptor import PlatformDescriptor
+from tests.unit import test_sagemaker_dialect as sm
 from tests.unit import test_tensorone_dialect as t1
 from tests.unit import test_together_dialect as tg
 
@@ -103,6 +104,49 @@ CASES = [
         connection={"conn_type": "together", "password": "tg-secret"},
         with_tags_in_job=lambda body, tags: {**body, together.TAGS_KEY: tags},
     ),
+    Case(
+        platform=sagemaker.PLATFORM,
+        spec=sm.SPEC,
+        created={"TrainingJobArn": f"arn:aws:sagemaker:us-east-1:123456789012:training-job/{sm.NAME}"},
+        job=sm.DESCRIBE,
+        job_id=sm.NAME,
+        terminal={
+            "Completed": JobState.SUCCEEDED,
+            "Failed": JobState.FAILED,
+            "Stopped": JobState.CANCELLED,
+            "Deleting": JobState.FAILED,
+        },
+        running=("InProgress", "Stopping"),
+        errors={
+            PlatformAuthError: (
+                403,
+                {"__type": "InvalidSignatureException", "Message": "signature mismatch"},
+            ),
+            JobNotFoundError: (
+                400,
+                {"__type": "ValidationException", "Message": "Requested resource not found."},
+            ),
+            JobStateConflictError: (
+                400,
+                {
+                    "__type": "ValidationException",
+                    "Message": "The request was rejected because the training job is in status Stopped.",
+                },
+            ),
+            TransientPlatformError: (400, {"__type": "ThrottlingException", "Message": "Rate exceeded"}),
+            TrainingPlatformError: (400, {"__type": "ResourceLimitExceeded", "Message": "quota"}),
+        },
+        connection={
+            "conn_type": "aws",
+            "login": "AKIDEXAMPLE",
+            "password": "aws-secret",
+            "extra": {"region_name": "eu-west-1"},
+        },
+        with_tags_in_job=lambda body, tags: {
+            **body,
+            "Tags": [{"Key": k, "Value": v} for k, v in sagemaker.tag_dict(tags).items()],
+        },
+    ),
 ]
 IDS = [c.platform.conn_type for c in CASES]
 every_platform = pytest.mark.parametrize("case", CASES, ids=IDS)
@@ -164,7 +208,8 @@ def test_requests_are_authenticated_and_create_is_not_resent_blindly(case):
     dialect = case.platform.dialect()
     conn = PlatformConnection.resolve(_connection(case))
     create = dialect.create_request(case.spec)
-    assert not create.idempotent
+    named = dialect.created_job_id(dialect.with_tags(case.spec, ["airflow-dag:d", "airflow-try:1"]))
+    assert not create.idempotent or named is not None, "a create may be re-sent only if its job id is ours"
     for request in (
         create,
         dialect.get_request(case.job_id),
@@ -172,7 +217,7 @@ def test_requests_are_authenticated_and_create_is_not_resent_blindly(case):
     ):
         http = prepare_request(dialect, conn.base_url, request, conn.credentials)
         assert http.headers.get("Authorization"), request
-        assert http.url.startswith(case.platform.default_base_url)
+        assert http.url.startswith(conn.base_url) and "{" not in conn.base_url
         assert json.loads(http.body or b"null") == request.body
     assert dialect.get_request(case.job_id).idempotent
 
@@ -205,9 +250,13 @@ def test_platform_is_registered_with_a_hook_form_and_integration(case):
     assert hook.__name__ == platform.hook_class_name and hook.conn_type == platform.conn_type
     assert hook().conn_id == platform.default_conn_id
     info = get_provider_info()
-    (entry,) = [c for c in info["connection-types"] if c["connection-type"] == platform.conn_type]
-    assert entry["hook-class-name"] == f"airflow_training_provider.hooks.training.{hook.__name__}"
-    assert entry["ui-field-behaviour"]["hidden-fields"] == hook.get_ui_field_behaviour()["hidden_fields"]
+    entries = [c for c in info["connection-types"] if c["connection-type"] == platform.conn_type]
+    if platform.registers_connection_type:
+        (entry,) = entries
+        assert entry["hook-class-name"] == f"airflow_training_provider.hooks.training.{hook.__name__}"
+        assert entry["ui-field-behaviour"]["hidden-fields"] == hook.get_ui_field_behaviour()["hidden_fields"]
+    else:  # another provider owns the connection type (aws: the Amazon provider)
+        assert entries == []
     assert {
         "integration-name": platform.display_name,
         "external-doc-url": platform.docs_url,
@@ -223,7 +272,7 @@ def test_platform_is_registered_with_a_hook_form_and_integration(case):
 def test_a_connection_missing_a_credential_is_refused_naming_it(case):
     conn = _connection(case)
     resolved = PlatformConnection.resolve(conn)
-    assert resolved.base_url == case.platform.default_base_url
+    assert resolved.base_url == case.platform.default_url(resolved.credentials)
     secret = case.connection.get("password")
     assert secret not in repr(resolved) and secret not in repr(resolved.credentials)
     for source in case.platform.required_credentials:

@@ -296,6 +296,13 @@ class TrainingEngine:
             self._budgets.set(platform, limit_usd, reason, events)
             self._wake.notify_all()
 
+    def set_tags(self, job_id: str, tags: list[str]) -> dict[str, Any]:
+        """Replace the job's tags (``"key:value"`` strings); its snapshot. Raises JobNotFound."""
+        with self._lock:
+            job = self._find(job_id, None)
+            job.spec.tags = list(tags)
+            return self._snapshot(job)
+
     def wait_for_terminal(self, job_id: str, timeout: float | None) -> bool:
         """Block until the job is terminal (process exited and recorded) or ``timeout`` s pass.
 

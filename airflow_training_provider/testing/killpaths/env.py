@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 from airflow_training_provider.local_platform.server import LocalPlatformServer
-from airflow_training_provider.testing.killpaths.flavors import API_KEY, FLAVORS
+from airflow_training_provider.testing.killpaths.flavors import API_KEY, AWS_ACCESS_KEY_ID, FLAVORS
 from airflow_training_provider.testing.killpaths.scenarios import Platform
 from airflow_training_provider.testing.postgres import PostgresServer
 from airflow_training_provider.testing.stack import AirflowStack
@@ -59,16 +59,22 @@ class KillPathEnv:
         self.platform = Platform(self.server.url)
 
     def _start(self, root: Path, triggerers: int) -> tuple[LocalPlatformServer, AirflowStack]:
-        server = LocalPlatformServer(str(root / "platform"), gpus=16, seconds_per_epoch=0.5, api_key=API_KEY)
+        server = LocalPlatformServer(
+            str(root / "platform"),
+            gpus=24,
+            seconds_per_epoch=0.5,
+            api_key=API_KEY,
+            sagemaker_access_key_id=AWS_ACCESS_KEY_ID,
+            sagemaker_secret_access_key=API_KEY,
+            sagemaker_stop_grace_seconds=20,
+        )
         server.start()
         dags = root / "dags"
         dags.mkdir(parents=True, exist_ok=True)
         for src in DAGS.glob("*.py"):
             shutil.copy(src, dags / src.name)
         conns = {
-            f"AIRFLOW_CONN_{f.conn_id.upper()}": json.dumps(
-                {"conn_type": f.name, "host": server.url, "password": API_KEY}
-            )
+            f"AIRFLOW_CONN_{f.conn_id.upper()}": json.dumps(f.connection(server.url))
             for f in FLAVORS.values()
         }
         os.environ.update(conns)

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 API_KEY = "kill-path-key"
-"""The API key of the kill-path stack's local platform."""
+"""The API key of the kill-path stack's local platform (the SageMaker secret access key too)."""
+AWS_ACCESS_KEY_ID = "AKIDKILLPATHS"
+"""The access key id the kill-path stack's SageMaker emulation checks signatures for."""
 
 
 def tensorone_spec(epochs: int, seconds_per_epoch: float, fail: bool = False, **extra: Any) -> dict:
@@ -38,11 +40,36 @@ def together_spec(epochs: int, seconds_per_epoch: float, fail: bool = False, **e
     }
 
 
+def sagemaker_spec(epochs: int, seconds_per_epoch: float, fail: bool = False, **extra: Any) -> dict:
+    hyper = {"epochs": str(epochs), "seconds_per_epoch": str(seconds_per_epoch)}
+    if fail:
+        hyper["fail_with"] = "CUDA error: an illegal memory access was encountered (learning_rate diverged)"
+    return {
+        "RoleArn": "arn:aws:iam::123456789012:role/KillPaths",
+        "AlgorithmSpecification": {"TrainingImage": "local/digits-mlp:1", "TrainingInputMode": "File"},
+        "InputDataConfig": [
+            {
+                "ChannelName": "train",
+                "DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": "s3://kp/digits/"}},
+            }
+        ],
+        "OutputDataConfig": {"S3OutputPath": "s3://kp/output"},
+        "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 10},
+        "StoppingCondition": {"MaxRuntimeInSeconds": 3600},
+        "CheckpointConfig": {
+            "S3Uri": "s3://kp/checkpoints/{{ dag.dag_id }}/{{ run_id | replace(':', '-') }}"
+        },
+        "HyperParameters": hyper,
+        **extra,
+    }
+
+
 @dataclass(frozen=True)
 class Flavor:
     """A platform the kill-path scenarios run on.
 
-    :ivar name: the platform's connection type; the DAGs use connection ``<name>_local``.
+    :ivar name: the platform's connection type; the DAGs use connection ``<name>_local``
+        (:meth:`connection` says what it holds).
     :ivar suffix: DAG-id suffix of its DAGs (``kp_deferred`` + suffix).
     :ivar jobs_path: REST collection of its jobs (fault rules match its polls and cancels under it).
     :ivar final_checkpoint: its cancel can ask for a final checkpoint.
@@ -52,6 +79,7 @@ class Flavor:
     :ivar auto_cancel_spec: a job the platform cancels by itself, explaining why in its events
         (K19); ``None`` if the platform has no such thing.
     :ivar events: the platform streams events into the task log (K20).
+    :ivar engine_platform: the local platform's name for its jobs, when not ``name``.
     """
 
     name: str
@@ -62,13 +90,23 @@ class Flavor:
     cancel_reason: bool = True
     auto_cancel_spec: dict | None = None
     events: bool = False
+    engine_platform: str | None = None
 
     @property
     def conn_id(self) -> str:
         return f"{self.name}_local"
 
+    @property
+    def platform(self) -> str:
+        """The local platform's name for its jobs (``platform`` of their records)."""
+        return self.engine_platform or self.name
+
     def dag(self, base: str) -> str:
         return base + self.suffix
+
+    def connection(self, url: str) -> dict:
+        """The Airflow connection (as ``AIRFLOW_CONN_*`` JSON) to the local platform at ``url``."""
+        return {"conn_type": self.name, "host": url, "password": API_KEY}
 
     def poll_rule(self, job_id: str | None = None) -> dict:
         """Fault-rule matchers for the status polls of ``job_id`` (of any job if ``None``)."""
@@ -77,6 +115,30 @@ class Flavor:
     def cancel_rule(self, job_id: str) -> dict:
         """Fault-rule matchers for cancels of ``job_id``."""
         return {"method": "POST", "path_prefix": f"{self.jobs_path}/{job_id}/cancel"}
+
+
+class AwsJsonFlavor(Flavor):
+    """An awsJson platform: one ``POST /``; polls and cancels told apart by ``X-Amz-Target`` and
+    the job name in the body."""
+
+    def connection(self, url: str) -> dict:
+        extra = {"region_name": "us-east-1", "endpoint_url": url}
+        return {"conn_type": "aws", "login": AWS_ACCESS_KEY_ID, "password": API_KEY, "extra": extra}
+
+    def _rule(self, operation: str, job_id: str | None) -> dict:
+        rule = {
+            "method": "POST",
+            "path_prefix": "/",
+            "header": "X-Amz-Target",
+            "header_value": f"SageMaker.{operation}",
+        }
+        return rule | ({"body_contains": f'"{job_id}"'} if job_id else {})
+
+    def poll_rule(self, job_id: str | None = None) -> dict:
+        return self._rule("DescribeTrainingJob", job_id)
+
+    def cancel_rule(self, job_id: str) -> dict:
+        return self._rule("StopTrainingJob", job_id)
 
 
 TENSORONE = Flavor("tensorone", "", "/v2/training/jobs", final_checkpoint=True, spec=tensorone_spec)
@@ -90,4 +152,19 @@ TOGETHER = Flavor(
     auto_cancel_spec=together_spec(epochs=20, seconds_per_epoch=0.5, wandb_key="not-forty-characters"),
     events=True,
 )
-FLAVORS: dict[str, Flavor] = {f.name: f for f in (TENSORONE, TOGETHER)}
+SAGEMAKER = AwsJsonFlavor(
+    "aws",
+    "_sagemaker",
+    "/",
+    final_checkpoint=True,  # StopTrainingJob always sends SIGTERM and waits for the algorithm to save
+    spec=sagemaker_spec,
+    cancel_reason=False,
+    events=True,
+    engine_platform="sagemaker",
+)
+FLAVORS: dict[str, Flavor] = {f.name: f for f in (TENSORONE, TOGETHER, SAGEMAKER)}
+
+
+def flavor_of(job: dict) -> Flavor:
+    """The flavor whose platform ran ``job`` (a local-platform record)."""
+    return next(f for f in FLAVORS.values() if f.platform == job["platform"])

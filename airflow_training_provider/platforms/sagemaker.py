@@ -1,0 +1,569 @@
+"""AWS SageMaker training jobs: descriptor and dialect (``docs/platforms/sagemaker.md``).
+
+SageMaker speaks awsJson 1.1: every operation is ``POST /`` with ``X-Amz-Target: SageMaker.<Op>``
+and a JSON body, signed with AWS Signature Version 4 (botocore's own signer). Timestamps are epoch
+seconds; errors are HTTP 4xx/5xx with ``{"__type": code, "Message": text}`` — throttling and "not
+found" are HTTP 400, so :meth:`SageMakerDialect.classify_error` reads the code, not the status.
+
+The connection is Airflow's ``aws`` connection (apache-airflow-providers-amazon): access keys,
+session token, ``role_arn``, profile, environment and instance credentials, ``region_name``, and
+``endpoint_url`` in the extras (how the local training platform is reached). Credentials come from
+the Amazon provider's session factory and are refreshed by botocore when they expire.
+
+Idempotent submit: SageMaker has no client token and names are unique per account and region, so
+the job name is derived from the task-instance try (:func:`job_name`): re-sending a create that
+may have landed answers ``ResourceInUse`` for our own job, which the lifecycle reads as "already
+created, attach to it". Identity tags become SageMaker tags (``airflow-dag:x`` → Key
+``airflow-dag``, Value ``x``); jobs are found by tag with ``Search`` (``ListTrainingJobs`` cannot
+filter by tag).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from airflow_training_provider.errors import (
+    InvalidJobSpecError,
+    JobAlreadyExistsError,
+    JobNotFoundError,
+    JobStateConflictError,
+    PlatformAuthError,
+    TrainingPlatformError,
+    TransientPlatformError,
+)
+from airflow_training_provider.models import (
+    CancelRequest,
+    CancelResult,
+    Checkpoint,
+    Cost,
+    JobEvent,
+    JobState,
+    Progress,
+    TrainingJob,
+)
+from airflow_training_provider.platforms.base import (
+    ApiRequest,
+    Capabilities,
+    Credentials,
+    Dialect,
+    HttpRequest,
+    WireModel,
+    retry_after_seconds,
+)
+from airflow_training_provider.platforms.descriptor import ConnectionParts, PlatformDescriptor, base_url_of
+
+TARGET_PREFIX = "SageMaker."
+CONTENT_TYPE = "application/x-amz-json-1.1"
+SIGNING_NAME = "sagemaker"
+NAME_PATTERN = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+MAX_NAME = 63
+TAG_KEY_PREFIX = "airflow-"
+
+#: secondary statuses of an ``InProgress`` job that are still provisioning, not training.
+_STARTING = frozenset(
+    {
+        "Starting",
+        "Pending",
+        "LaunchingMLInstances",
+        "PreparingTrainingStack",
+        "Downloading",
+        "DownloadingTrainingImage",
+    }
+)
+#: secondary statuses of a ``Stopped`` job that mean it ran out of time (a failure, not a cancel).
+_TIMED_OUT = frozenset({"MaxRuntimeExceeded", "MaxWaitTimeExceeded"})
+
+_THROTTLING = frozenset(
+    {
+        "ThrottlingException",
+        "Throttling",
+        "ThrottledException",
+        "RequestThrottledException",
+        "TooManyRequestsException",
+        "RequestLimitExceeded",
+        "ProvisionedThroughputExceededException",
+        "SlowDown",
+    }
+)
+_UNAVAILABLE = frozenset({"InternalFailure", "InternalServerError", "ServiceUnavailable", "InternalError"})
+_AUTH = frozenset(
+    {
+        "UnrecognizedClientException",
+        "InvalidSignatureException",
+        "SignatureDoesNotMatch",
+        "IncompleteSignature",
+        "MissingAuthenticationToken",
+        "InvalidClientTokenId",
+        "ExpiredTokenException",
+        "ExpiredToken",
+        "AccessDeniedException",
+        "AccessDenied",
+    }
+)
+_NOT_FOUND_TEXT = re.compile(r"not found|could not find|does not exist", re.IGNORECASE)
+_IN_STATUS_TEXT = re.compile(r"is in status|already|not in progress|cannot be stopped", re.IGNORECASE)
+
+
+# -- wire models: DescribeTrainingJob / Search (docs/platforms/sagemaker.md) --------------------------
+_Wire = WireModel
+
+
+class WireTransition(_Wire):
+    Status: str
+    StartTime: float | None = None
+    EndTime: float | None = None
+    StatusMessage: str | None = None
+
+
+class WireMetric(_Wire):
+    MetricName: str
+    Value: float
+    Timestamp: float | None = None
+
+
+class WireTag(_Wire):
+    Key: str
+    Value: str = ""
+
+
+class WireJob(_Wire):
+    """``DescribeTrainingJob`` answer (also a ``Search`` result's ``TrainingJob``)."""
+
+    TrainingJobName: str
+    TrainingJobArn: str | None = None
+    TrainingJobStatus: str
+    SecondaryStatus: str | None = None
+    FailureReason: str | None = None
+    ModelArtifacts: dict[str, Any] | None = None
+    CheckpointConfig: dict[str, Any] | None = None
+    ResourceConfig: dict[str, Any] | None = None
+    HyperParameters: dict[str, str] | None = None
+    StoppingCondition: dict[str, Any] | None = None
+    CreationTime: float | None = None
+    TrainingStartTime: float | None = None
+    TrainingEndTime: float | None = None
+    LastModifiedTime: float | None = None
+    SecondaryStatusTransitions: list[WireTransition] = Field(default_factory=list)
+    FinalMetricDataList: list[WireMetric] = Field(default_factory=list)
+    TrainingTimeInSeconds: float | None = None
+    BillableTimeInSeconds: float | None = None
+    Tags: list[WireTag] = Field(default_factory=list)
+
+
+class WireSearch(_Wire):
+    Results: list[dict[str, Any]] = Field(default_factory=list)
+    NextToken: str | None = None
+
+
+# -- spec: the CreateTrainingJob request ------------------------------------------------------------
+def _string_map(value: Any) -> Any:
+    """HyperParameters / Environment are string → string on the wire: numbers are written as strings."""
+    if not isinstance(value, dict):
+        return value
+    out = {}
+    for key, item in value.items():
+        if isinstance(item, bool):
+            raise ValueError(
+                f"value of {key!r} must be a string (SageMaker passes it to the container as text)"
+            )
+        out[key] = str(item) if isinstance(item, int | float) else item
+    return out
+
+
+class _AlgorithmSpecification(_Wire):
+    TrainingInputMode: Literal["Pipe", "File", "FastFile"] = "File"
+    TrainingImage: str | None = Field(default=None, min_length=1)
+    AlgorithmName: str | None = Field(default=None, min_length=1)
+    MetricDefinitions: list[dict[str, str]] | None = None
+
+
+class _ResourceConfig(_Wire):
+    InstanceType: str | None = Field(default=None, pattern=r"^ml\.[a-z0-9]+\.[a-z0-9]+$")
+    InstanceCount: int | None = Field(default=None, ge=1)
+    VolumeSizeInGB: int = Field(ge=1)
+
+
+class _OutputDataConfig(_Wire):
+    S3OutputPath: str = Field(pattern=r"^(https|s3)://")
+
+
+class _StoppingCondition(_Wire):
+    MaxRuntimeInSeconds: int | None = Field(default=None, ge=1, le=28 * 24 * 3600)
+    MaxWaitTimeInSeconds: int | None = Field(default=None, ge=1)
+
+
+class _CheckpointConfig(_Wire):
+    S3Uri: str = Field(pattern=r"^(https|s3)://")
+    LocalPath: str | None = None
+
+
+class _Tag(_Wire):
+    Key: str = Field(min_length=1, max_length=128)
+    Value: str = Field(default="", max_length=256)
+
+
+class SageMakerJobSpec(_Wire):
+    """A ``CreateTrainingJob`` body. ``TrainingJobName`` is optional: the provider derives the name
+    (see :func:`job_name`); a given one is the name's stem."""
+
+    TrainingJobName: str | None = Field(default=None, min_length=1, max_length=MAX_NAME)
+    AlgorithmSpecification: _AlgorithmSpecification
+    RoleArn: str = Field(pattern=r"^arn:aws[a-z\-]*:iam::\d{12}:role/")
+    OutputDataConfig: _OutputDataConfig
+    ResourceConfig: _ResourceConfig
+    StoppingCondition: _StoppingCondition
+    InputDataConfig: list[dict[str, Any]] | None = None
+    HyperParameters: dict[str, str] | None = None
+    Environment: dict[str, str] | None = None
+    CheckpointConfig: _CheckpointConfig | None = None
+    Tags: list[_Tag] | None = None
+
+    _strings = field_validator("HyperParameters", "Environment", mode="before")(_string_map)
+
+    @field_validator("TrainingJobName")
+    @classmethod
+    def _name(cls, value: str | None) -> str | None:
+        if value is not None and not NAME_PATTERN.match(value):
+            raise ValueError("must match [a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}: letters, digits and hyphens")
+        return value
+
+
+# -- names and tags ---------------------------------------------------------------------------------
+def tag_dict(tags: list[str]) -> dict[str, str]:
+    """Identity tags (``airflow-dag:x``) as SageMaker tag pairs (``{"airflow-dag": "x"}``)."""
+    return dict(t.split(":", 1) for t in tags if ":" in t)
+
+
+def job_name(stem: str | None, tags: list[str]) -> str:
+    """The job name of a task-instance try, the same every time it is computed for that try.
+
+    ``<stem>-t<try>`` when the spec names the job (a stem unique per run, e.g. with
+    ``{{ ts_nodash }}``), else ``af-<dag>-<task>-<hash of deployment, dag, run, task, map>-t<try>``,
+    cut to SageMaker's 63 characters and pattern."""
+    ident = tag_dict(tags)
+    suffix = f"-t{ident.get('airflow-try', '1')}"
+    if stem is None:
+        digest = hashlib.sha1(
+            "|".join(
+                ident.get(f"airflow-{k}", "") for k in ("deployment", "dag", "run", "task", "map")
+            ).encode()
+        ).hexdigest()[:10]
+        readable = _sanitize(f"af-{ident.get('airflow-dag', '')}-{ident.get('airflow-task', '')}")
+        tail = f"-{digest}{suffix}"
+        return readable[: MAX_NAME - len(tail)].rstrip("-") + tail
+    return _sanitize(stem)[: MAX_NAME - len(suffix)].rstrip("-") + suffix
+
+
+def _sanitize(text: str) -> str:
+    cleaned = re.sub(r"[^a-zA-Z0-9]+", "-", text).strip("-")
+    return cleaned or "job"
+
+
+def _epoch(value: float | None) -> datetime | None:
+    return datetime.fromtimestamp(value, UTC) if value is not None else None
+
+
+def _error_code(body: Any) -> tuple[str | None, str | None]:
+    if not isinstance(body, dict):
+        return None, None
+    code = body.get("__type") or body.get("code") or body.get("Code")
+    if isinstance(code, str):
+        code = code.rsplit("#", 1)[-1].split(":", 1)[0]
+    message = body.get("Message") or body.get("message")
+    return code, message
+
+
+# -- the dialect ------------------------------------------------------------------------------------
+class SageMakerDialect(Dialect):
+    """SageMaker training jobs (API version 2017-07-24, awsJson 1.1)."""
+
+    name = "sagemaker"
+    spec_model = SageMakerJobSpec
+    capabilities = Capabilities(
+        # a stop always sends SIGTERM and waits up to 120 s for the algorithm to save its state
+        final_checkpoint_on_cancel=True,
+        preserve_checkpoints_flag=False,
+        events=True,
+        events_in_job=True,
+        list_jobs=True,
+        checkpoints_in_job=True,
+    )
+    status_map = {
+        "InProgress": JobState.RUNNING,
+        "Completed": JobState.SUCCEEDED,
+        "Failed": JobState.FAILED,
+        "Stopping": JobState.STOPPING,
+        "Stopped": JobState.CANCELLED,
+        "Deleting": JobState.FAILED,  # gone: whatever it was, it ended without a result to use
+    }
+
+    # -- spec ---------------------------------------------------------------------------------
+    def validate_spec(self, spec: dict[str, Any]) -> dict[str, Any]:
+        super().validate_spec(spec)
+        algorithm = spec["AlgorithmSpecification"]
+        if not (algorithm.get("TrainingImage") or algorithm.get("AlgorithmName")):
+            raise InvalidJobSpecError(
+                "AlgorithmSpecification.TrainingImage",
+                "a training image or an AlgorithmName is required",
+                self.name,
+            )
+        return self.spec_model.model_validate(spec).model_dump(exclude_none=True, mode="json")
+
+    def with_tags(self, spec: dict[str, Any], tags: list[str]) -> dict[str, Any]:
+        """``spec`` with the identity tags as SageMaker tags and its name derived from them."""
+        ident = tag_dict(tags)
+        own = [t for t in spec.get("Tags") or [] if t.get("Key") not in ident]
+        tagged = {**spec, "Tags": own + [{"Key": k, "Value": v} for k, v in ident.items()]}
+        tagged["TrainingJobName"] = job_name(spec.get("TrainingJobName"), tags)
+        return tagged
+
+    def resume_spec(self, spec: dict[str, Any], job_id: str, checkpoint: Checkpoint) -> dict[str, Any] | None:
+        """``spec`` whose ``CheckpointConfig.S3Uri`` is the failed job's checkpoint location: SageMaker
+        restores what is there into the container's checkpoint directory before training starts."""
+        if not checkpoint.path:
+            return None
+        config = {**(spec.get("CheckpointConfig") or {}), "S3Uri": checkpoint.path}
+        return {**spec, "CheckpointConfig": config}
+
+    def created_job_id(self, spec: dict[str, Any]) -> str | None:
+        return spec.get("TrainingJobName")
+
+    # -- requests -----------------------------------------------------------------------------
+    @staticmethod
+    def _op(operation: str, body: dict[str, Any], idempotent: bool = True) -> ApiRequest:
+        return ApiRequest(
+            "POST",
+            "/",
+            body=body,
+            headers={"X-Amz-Target": TARGET_PREFIX + operation},
+            content_type=CONTENT_TYPE,
+            idempotent=idempotent,
+        )
+
+    def create_request(self, spec: dict[str, Any]) -> ApiRequest:
+        # the name is deterministic: a create that may have landed can be re-sent (ResourceInUse = ours)
+        return self._op("CreateTrainingJob", spec)
+
+    def get_request(self, job_id: str) -> ApiRequest:
+        return self._op("DescribeTrainingJob", {"TrainingJobName": job_id})
+
+    def cancel_request(self, job_id: str, cancel: CancelRequest) -> ApiRequest:
+        """``StopTrainingJob``: no options — SageMaker always sends SIGTERM and waits up to 120 s."""
+        return self._op("StopTrainingJob", {"TrainingJobName": job_id})
+
+    def list_request(self, tags: list[str]) -> ApiRequest:
+        filters = [{"Name": f"Tags.{k}", "Operator": "Equals", "Value": v} for k, v in tag_dict(tags).items()]
+        body = {
+            "Resource": "TrainingJob",
+            "SearchExpression": {"Filters": filters, "Operator": "And"},
+            "SortBy": "CreationTime",
+            "SortOrder": "Ascending",
+            "MaxResults": 100,
+        }
+        return self._op("Search", body)
+
+    def tagged_job_request(self, job_id: str) -> ApiRequest:
+        """``DescribeTrainingJob`` has no tags; ``Search`` by name returns the job with them."""
+        filters = [{"Name": "TrainingJobName", "Operator": "Equals", "Value": job_id}]
+        return self._op(
+            "Search", {"Resource": "TrainingJob", "SearchExpression": {"Filters": filters}, "MaxResults": 1}
+        )
+
+    def authenticate(self, request: HttpRequest, credentials: Credentials) -> dict[str, str]:
+        """AWS Signature Version 4 by botocore over the method, URL, ``Content-Type``,
+        ``X-Amz-Target`` and body; refreshable credentials are refreshed by botocore first."""
+        from botocore.auth import SigV4Auth
+        from botocore.awsrequest import AWSRequest
+        from botocore.credentials import Credentials as BotoCredentials
+
+        if credentials.source is not None:
+            frozen = credentials.source.get_frozen_credentials()
+            boto = BotoCredentials(frozen.access_key, frozen.secret_key, frozen.token)
+        else:
+            boto = BotoCredentials(
+                credentials.access_key_id or "",
+                credentials.secret_access_key or "",
+                credentials.session_token,
+            )
+        signed = {k: v for k, v in request.headers.items() if k.lower() in ("content-type", "x-amz-target")}
+        aws = AWSRequest(method=request.method, url=request.url, data=request.body, headers=signed)
+        SigV4Auth(boto, SIGNING_NAME, credentials.region or "us-east-1").add_auth(aws)
+        return {
+            k: v
+            for k, v in aws.headers.items()
+            if k in ("Authorization", "X-Amz-Date", "X-Amz-Security-Token")
+        }
+
+    # -- responses ----------------------------------------------------------------------------
+    def parse_created(self, body: Any) -> TrainingJob:
+        """The create answer is only the ARN: the job is ``InProgress``/``Starting`` now."""
+        arn = (body or {}).get("TrainingJobArn", "")
+        name = arn.rsplit("/", 1)[-1]
+        return TrainingJob(
+            id=name, platform=self.name, state=JobState.STARTING, raw_status="InProgress/Starting"
+        )
+
+    def parse_job(self, body: Any) -> TrainingJob:
+        wire = WireJob.model_validate(body)
+        secondary = wire.SecondaryStatus or ""
+        state = self.map_status(wire.TrainingJobStatus)
+        if state is JobState.RUNNING and secondary in _STARTING:
+            state = JobState.STARTING
+        timed_out = wire.TrainingJobStatus == "Stopped" and secondary in _TIMED_OUT
+        if timed_out:
+            state = JobState.FAILED
+        message = wire.FailureReason
+        if timed_out and not message:
+            message = f"{secondary}: the job reached its StoppingCondition"
+        if wire.TrainingJobStatus == "Deleting" and not message:
+            message = "the training job is being deleted"
+        metrics = {m.MetricName: m.Value for m in wire.FinalMetricDataList}
+        checkpoints = []
+        location = (wire.CheckpointConfig or {}).get("S3Uri")
+        if location:
+            checkpoints.append(Checkpoint(id="checkpoints", kind="location", path=location))
+        artifacts = {}
+        if model := (wire.ModelArtifacts or {}).get("S3ModelArtifacts"):
+            artifacts["model"] = model
+        if location:
+            artifacts["checkpoints"] = location
+        billable = wire.BillableTimeInSeconds
+        return TrainingJob(
+            id=wire.TrainingJobName,
+            platform=self.name,
+            state=state,
+            raw_status=f"{wire.TrainingJobStatus}/{secondary}" if secondary else wire.TrainingJobStatus,
+            name=wire.TrainingJobName,
+            message=message,
+            progress=Progress(percent=100.0 if state is JobState.SUCCEEDED else None),
+            metrics=metrics,
+            checkpoints=checkpoints,
+            artifacts=artifacts,
+            cost=Cost(billable_seconds=billable, total_usd=self._local_cost(body)),
+            tags=[f"{t.Key}:{t.Value}" for t in wire.Tags if t.Key.startswith(TAG_KEY_PREFIX)],
+            created_at=_epoch(wire.CreationTime),
+            started_at=_epoch(wire.TrainingStartTime),
+            updated_at=_epoch(wire.LastModifiedTime),
+            events=[
+                JobEvent(
+                    type=t.Status,
+                    message=t.StatusMessage or t.Status,
+                    level="error" if t.Status in ("Failed", *_TIMED_OUT) else "info",
+                    created_at=_epoch(t.StartTime),
+                )
+                for t in wire.SecondaryStatusTransitions
+            ],
+        )
+
+    @staticmethod
+    def _local_cost(body: Any) -> float | None:
+        """SageMaker does not report money; the local training platform adds ``x_local_cost_usd``."""
+        value = body.get("x_local_cost_usd") if isinstance(body, dict) else None
+        return float(value) if isinstance(value, int | float) else None
+
+    def parse_cancel(self, job_id: str, body: Any) -> CancelResult:
+        """``StopTrainingJob`` answers an empty body: the job is ``Stopping`` now."""
+        return CancelResult(job_id=job_id, state=JobState.STOPPING)
+
+    def parse_list(self, body: Any) -> list[TrainingJob]:
+        results = WireSearch.model_validate(body or {}).Results
+        return [self.parse_job(r["TrainingJob"]) for r in results if isinstance(r.get("TrainingJob"), dict)]
+
+    def decisive_event(self, events: list[JobEvent]) -> JobEvent | None:
+        """``FailureReason`` is the reason; a transition message is only a fallback."""
+        return super().decisive_event(events)
+
+    def error_fields(self, body: Any) -> tuple[str | None, str | None, str | None]:
+        code, message = _error_code(body)
+        return code, message, None
+
+    def classify_error(
+        self, status: int, headers: Mapping[str, str], body: Any, text: str = ""
+    ) -> TrainingPlatformError:
+        """By the awsJson error code: throttling (HTTP 400) and 5xx are transient and were not
+        processed; ``ValidationException`` "not found" is a missing job and "is in status ..." a
+        state conflict; ``ResourceInUse`` is a name that exists; signature and key errors are auth."""
+        code, message = _error_code(body)
+        message = message or text[:500] or f"HTTP {status}"
+        request_id = headers.get("x-amzn-RequestId") or headers.get("x-amzn-requestid")
+        kw = {"status": status, "code": code, "request_id": request_id}
+        if code in _THROTTLING or status == 429:
+            return TransientPlatformError(message, retry_after=retry_after_seconds(headers), sent=False, **kw)
+        if code in _UNAVAILABLE or status >= 500:
+            return TransientPlatformError(message, sent=code not in ("ServiceUnavailable",), **kw)
+        if code in _AUTH or status in (401, 403):
+            return PlatformAuthError(message, **kw)
+        if code == "ResourceInUse":
+            return JobAlreadyExistsError(message, **kw)
+        if code == "ResourceNotFound" or (code == "ValidationException" and _NOT_FOUND_TEXT.search(message)):
+            return JobNotFoundError(message, **kw)
+        if code == "ValidationException" and _IN_STATUS_TEXT.search(message):
+            return JobStateConflictError(message, **kw)
+        return TrainingPlatformError(message, **kw)
+
+    def console_url(self, base_url: str, job_id: str) -> str | None:
+        match = re.search(r"api\.sagemaker\.([a-z0-9-]+)\.amazonaws\.com", base_url)
+        if match is None:  # an endpoint override (e.g. the local training platform): no AWS console
+            return None
+        region = match.group(1)
+        return f"https://{region}.console.aws.amazon.com/sagemaker/home?region={region}#/jobs/{job_id}"
+
+
+# -- the platform: reached through Airflow's ``aws`` connection ---------------------------------------
+@dataclass(frozen=True)
+class AwsPlatformDescriptor(PlatformDescriptor):
+    """A platform reached through Airflow's ``aws`` connection (apache-airflow-providers-amazon,
+    extra ``[sagemaker]``), whose session factory resolves the credentials: keys in the connection,
+    a session token, ``role_arn`` (assume role, refreshed when it expires), a profile, the environment
+    or the instance/pod role. ``region_name`` and ``endpoint_url`` (global or
+    ``service_config.<service>.endpoint_url``) come from the extras."""
+
+    service: str = SIGNING_NAME
+    registers_connection_type = False  # the Amazon provider owns ``aws``
+
+    def connect(self, conn: Any) -> ConnectionParts:
+        try:
+            from airflow.providers.amazon.aws.hooks.base_aws import BaseSessionFactory
+        except ImportError:  # pragma: no cover - depends on the installed extras
+            raise ValueError(
+                f"Connection {conn.conn_id!r} is an AWS connection: install the Amazon provider "
+                "(pip install 'airflow-training-provider[sagemaker]')"
+            ) from None
+        factory = BaseSessionFactory(conn=conn)
+        session = factory.create_session()  # may call STS (assume role): the async hook runs this in a thread
+        source = session.get_credentials()
+        if source is None:
+            raise PlatformAuthError(
+                f"Connection {conn.conn_id!r} ({self.display_name}): no AWS credentials found — set the "
+                "connection's login/password (access key id/secret), its role_arn or profile, or the "
+                "environment/instance credentials"
+            )
+        region = factory.region_name or session.region_name or "us-east-1"
+        endpoint = factory.conn.get_service_endpoint_url(self.service)
+        base_url = base_url_of(endpoint, None, None, self.default_url(Credentials(region=region)))
+        credentials = Credentials(access_key_id=source.access_key, region=region, source=source)
+        return ConnectionParts(credentials, base_url, {})
+
+    @property
+    def credential_hint(self) -> str:
+        return "AWS credentials (login/password, role_arn, profile or environment) and region_name"
+
+
+PLATFORM = AwsPlatformDescriptor(
+    conn_type="aws",
+    display_name="AWS SageMaker",
+    class_name="SageMaker",
+    dialect=SageMakerDialect,
+    default_base_url="https://api.sagemaker.{region}.amazonaws.com",
+    docs_url="https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_CreateTrainingJob.html",
+    credentials={},
+    required_credentials=(),
+    labels={},
+)
