@@ -4,6 +4,10 @@ Run as::
 
     python -m airflow_training_provider.local_platform.trainer --job-dir DIR --config-json JSON
 
+or forked, already warm, by the engine's fork server (``--fork-server FD``, see
+:mod:`airflow_training_provider.local_platform.engine.forkserver`): scikit-learn takes seconds to
+import, so it is imported once, not once per job.
+
 It trains a real :class:`sklearn.neural_network.MLPClassifier` on a dataset bundled with
 scikit-learn (no downloads), one epoch at a time over seeded, shuffled mini-batches fed to
 ``partial_fit``, and reports progress as JSON lines on stdout (one object per line, flushed):
@@ -336,22 +340,54 @@ def _write_and_report(job_dir, model, scaler, classes, cfg, ckpt_id, kind, epoch
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point: parse ``--job-dir`` / ``--config-json``, train, return the exit code."""
-    _install_signal_handlers()
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--job-dir", required=True, help="directory for this job's checkpoints")
-    parser.add_argument("--config-json", default="{}", help="JSON object of config keys")
-    args = parser.parse_args(argv)
+def run(job_dir: str, config: Any) -> int:
+    """Train one job from its config (a dict, or its JSON text); every failure becomes one error line."""
     try:
-        config = json.loads(args.config_json)
+        if isinstance(config, str):
+            config = json.loads(config)
         if not isinstance(config, dict):
             raise ValueError("--config-json must be a JSON object")
-        os.makedirs(args.job_dir, exist_ok=True)
-        return train(args.job_dir, config)
-    except Exception as exc:  # every failure becomes one error line
+        os.makedirs(job_dir, exist_ok=True)
+        return train(job_dir, config)
+    except Exception as exc:
         emit({"type": "error", "message": str(exc) or type(exc).__name__, "exception": type(exc).__name__})
         return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: ``--job-dir`` / ``--config-json`` trains one job; ``--fork-server FD`` serves forks."""
+    _install_signal_handlers()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--job-dir", help="directory for this job's checkpoints")
+    parser.add_argument("--config-json", default="{}", help="JSON object of config keys")
+    parser.add_argument("--fork-server", type=int, metavar="FD", help="serve forks on this control socket")
+    args = parser.parse_args(argv)
+    if args.fork_server is not None:
+        from airflow_training_provider.local_platform.engine.forkserver import serve
+
+        return serve(args.fork_server, _child_main)
+    if not args.job_dir:
+        parser.error("--job-dir is required")
+    return run(args.job_dir, args.config_json)
+
+
+def _child_main(job_dir: str, config: dict[str, Any]) -> int:
+    """A forked trainer: the signal handlers first (as in :func:`main`), then the job."""
+    for key in _stop:
+        _stop[key] = False if key != "signal" else None
+    _install_signal_handlers()
+    return run(job_dir, config)
+
+
+def preload() -> None:
+    """Import what every job needs, once (the fork server does this before forking trainers)."""
+    import joblib  # noqa: F401
+    import numpy  # noqa: F401
+    from sklearn import datasets  # noqa: F401
+    from sklearn.metrics import log_loss  # noqa: F401
+    from sklearn.model_selection import train_test_split  # noqa: F401
+    from sklearn.neural_network import MLPClassifier  # noqa: F401
+    from sklearn.preprocessing import StandardScaler  # noqa: F401
 
 
 if __name__ == "__main__":

@@ -38,3 +38,13 @@ def pdeathsig_preexec(sig: int = signal.SIGKILL) -> Callable[[], None] | None:
             os._exit(1)
 
     return _preexec
+
+
+def set_pdeathsig(parent: int, sig: int = signal.SIGKILL) -> None:
+    """In a forked child of ``parent`` (its pid): ask Linux to send ``sig`` when the parent dies
+    (no-op elsewhere); exit at once if the parent is already gone."""
+    if _libc is None:
+        return
+    _libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(1)
