@@ -64,6 +64,18 @@ class Budgets:
         """Platforms whose budget still has money: their running jobs must be checked."""
         return {p for p, b in self._budgets.items() if b.exhausted_at is None}
 
+    def left_usd(self, platform: str, jobs: Iterable[JobRecord], now: float) -> float | None:
+        """USD left in ``platform``'s budget by ``now`` (never below 0), or ``None``: no budget."""
+        budget = self._budgets.get(platform)
+        if budget is None:
+            return None
+        spent = sum(
+            job_cost(j, self.usd_per_gpu_hour, 0.0, now)["current_usd"]
+            for j in jobs
+            if j.spec.platform == platform
+        )
+        return max(0.0, budget.limit_usd - spent)
+
     def run_out(self, jobs: Iterable[JobRecord], now: float) -> list[Budget]:
         """Budgets that ran out by ``now`` (marked exhausted here)."""
         jobs = list(jobs)

@@ -300,6 +300,26 @@ class TrainingEngine:
             self._budgets.set(platform, limit_usd, reason, events)
             self._wake.notify_all()
 
+    def estimate_price(
+        self, platform: str, epochs: int, gpu_count: int = 1, seconds_per_epoch: float | None = None
+    ) -> dict[str, float | None]:
+        """What a job of ``epochs`` epochs would cost before it is submitted.
+
+        :returns: ``{"run_seconds", "estimated_usd", "balance_left_usd"}``: the expected trainer run time
+            (start-up estimate + ``epochs x seconds_per_epoch``, default the engine's pacing), its price
+            at ``usd_per_gpu_hour x gpu_count`` (:mod:`.billing`), and what is left of ``platform``'s
+            budget (``None``: no budget).
+        """
+        pacing = self.config.seconds_per_epoch if seconds_per_epoch is None else seconds_per_epoch
+        run_seconds = self.config.startup_seconds_estimate + max(0, epochs) * pacing
+        with self._lock:
+            left = self._budgets.left_usd(platform, self._jobs.values(), time.time())
+        return {
+            "run_seconds": run_seconds,
+            "estimated_usd": self.config.usd_per_gpu_hour * gpu_count * run_seconds / 3600.0,
+            "balance_left_usd": left,
+        }
+
     def set_tags(self, job_id: str, tags: list[str]) -> dict[str, Any]:
         """Replace the job's tags (``"key:value"`` strings); its snapshot. Raises JobNotFound."""
         with self._lock:

@@ -113,6 +113,7 @@ class JobRecord:
     state_history: list[dict[str, Any]] = field(default_factory=list)
     progress: dict[str, Any] = field(default_factory=dict)
     metrics: dict[str, Any] = field(default_factory=dict)
+    metric_history: list[dict[str, Any]] = field(default_factory=list)
     checkpoints: list[dict[str, Any]] = field(default_factory=list)
     deleted_checkpoints: list[dict[str, Any]] = field(default_factory=list)
     logs: collections.deque = field(default_factory=collections.deque)
@@ -185,6 +186,16 @@ class JobRecord:
         elif kind == "step":
             progress.update(epoch=msg["epoch"], step=msg["step"], total_steps=msg["total_steps"], step_at=now)
             self.metrics["loss"] = msg["loss"]
+            self.metric_history.append(
+                {
+                    "kind": "train",
+                    "step": msg["step"],
+                    "epoch": msg["epoch"],
+                    "at": now,
+                    "loss": msg["loss"],
+                    "learning_rate": self.metrics.get("learning_rate"),
+                }
+            )
         elif kind == "epoch":
             progress.update(epoch=msg["epoch"], completed_epochs=msg["epoch"], step=msg["step"], step_at=now)
             for key in (
@@ -196,6 +207,16 @@ class JobRecord:
                 "epoch_seconds",
             ):
                 self.metrics[key] = msg.get(key)
+            self.metric_history.append(
+                {
+                    "kind": "eval",
+                    "step": msg["step"],
+                    "epoch": msg["epoch"],
+                    "at": now,
+                    "loss": msg.get("val_loss"),
+                    "accuracy": msg.get("val_accuracy"),
+                }
+            )
             self.add_event(
                 "epoch_complete",
                 f"Epoch {msg['epoch']} complete: val_accuracy={msg.get('val_accuracy') or 0:.4f}",
@@ -237,7 +258,9 @@ class JobRecord:
         """Deep plain-dict copy. Keys: job_id, platform, name, tags, labels, description, dataset,
         hyperparameters (effective trainer config), gpu_count, state, stage (finalizing sub-stage or None),
         state_history, created_at (= submitted_at), started_at, running_at, exited_at (trainer exit),
-        finished_at, updated_at, progress, metrics, checkpoints,
+        finished_at, updated_at, progress, metrics, metric_history (``{kind: "train"|"eval", step, epoch,
+        at, loss, learning_rate | accuracy}``, oldest first: one train row per step report, one eval row
+        per epoch), checkpoints,
         deleted_checkpoints, final_checkpoint_id, logs, events, error, cancel, cancel_requests, pid,
         returncode, job_dir, resume_from, resume_path, request, plus the engine's ``computed`` keys."""
         return copy.deepcopy(
@@ -263,6 +286,7 @@ class JobRecord:
                 "updated_at": self.updated_at,
                 "progress": self.progress,
                 "metrics": self.metrics,
+                "metric_history": self.metric_history,
                 "checkpoints": self.checkpoints,
                 "deleted_checkpoints": self.deleted_checkpoints,
                 "final_checkpoint_id": self.final_checkpoint_id,

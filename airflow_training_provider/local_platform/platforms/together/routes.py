@@ -14,6 +14,14 @@ Endpoints (all need ``Authorization: Bearer <key>`` or ``Authorization: <key>``)
   (Together does not document this answer; the provider's dialect reads it as a state conflict).
 * ``GET /v1/fine-tunes/{id}/events`` → ``{"data": [events]}``, oldest first, lower-case types
 * ``GET /v1/fine-tunes/{id}/checkpoints`` → ``{"data": [checkpoints]}``, lowest step first
+* ``GET /v1/fine-tunes/{id}/metrics[?global_step_from&global_step_to&logged_at_from&logged_at_to&resolution]``
+  → ``{"metrics": [rows]}``, oldest first (rows: :func:`.wire.metrics_to_wire`)
+* ``GET /v1/fine-tunes/models/limits?model_name=`` → the model's limits (the same for every model)
+* ``POST /v1/fine-tunes/estimate-price`` → ``{"estimation_available": true, "estimated_total_price",
+  "allowed_to_proceed", ["user_limit"]}`` (USD; from the local price, see the engine's billing)
+
+The official client (``together.Together(base_url=<server>/v1)``) asks for the limits and the price
+estimate before every ``fine_tuning.create``.
 
 Lifecycle: ``pending`` → ``queued`` → ``running`` → ``compressing`` → ``uploading`` → ``completed``
 (engine: pending → queued → starting/running → finalizing stages → succeeded). Events:
@@ -26,6 +34,7 @@ model_uploading, job_complete``. Platform-initiated cancels (a bad ``wandb_key``
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Path, Query
@@ -76,6 +85,16 @@ def build_router(
         except JobNotFound:
             matches = [r for r in engine.list(wire.PLATFORM) if wire.model_output_name(r) == name]
             return matches[-1] if matches else None
+
+    # Registered before "/{job_id}": "models" is not a job id.
+    @router.get("/models/limits")
+    def model_limits(model_name: Annotated[str, Query(min_length=1)]) -> dict[str, Any]:
+        return wire.model_limits(model_name)
+
+    @router.post("/estimate-price")
+    def estimate_price(body: Annotated[Any, Body()] = None) -> dict[str, Any]:
+        _, n_epochs = wire.parse_estimate(body)
+        return wire.estimate_to_wire(engine.estimate_price(wire.PLATFORM, n_epochs))
 
     @router.post("")
     def create_job(body: Annotated[Any, Body()] = None) -> dict[str, Any]:
@@ -130,5 +149,24 @@ def build_router(
     @router.get("/{job_id}/checkpoints")
     def list_checkpoints(job_id: Annotated[str, Path()]) -> dict[str, Any]:
         return {"data": wire.checkpoints_to_wire(record(job_id))}
+
+    @router.get("/{job_id}/metrics")
+    def list_metrics(
+        job_id: Annotated[str, Path()],
+        global_step_from: Annotated[int | None, Query()] = None,
+        global_step_to: Annotated[int | None, Query()] = None,
+        logged_at_from: Annotated[datetime | None, Query()] = None,
+        logged_at_to: Annotated[datetime | None, Query()] = None,
+        resolution: Annotated[int | None, Query(ge=1)] = None,
+    ) -> dict[str, Any]:
+        rows = wire.metrics_to_wire(
+            record(job_id),
+            step_from=global_step_from,
+            step_to=global_step_to,
+            at_from=logged_at_from.timestamp() if logged_at_from else None,
+            at_to=logged_at_to.timestamp() if logged_at_to else None,
+            resolution=resolution,
+        )
+        return {"metrics": rows}
 
     return router

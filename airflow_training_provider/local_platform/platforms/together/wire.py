@@ -50,6 +50,9 @@ TAGS_KEY = "x_airflow_tags"
 LOCAL_KEY = "x_local"
 WANDB_KEY_LENGTH = 40
 MAX_BATCH_SIZE = 128
+MAX_EPOCHS = 1000
+MAX_CHECKPOINTS = 1000
+MAX_EVALS = 100
 PENDING_SECONDS = 0.3
 FINALIZE_STAGES = [
     {
@@ -249,8 +252,8 @@ def parse_create(body: Any, lookup: Callable[[str], dict[str, Any] | None]) -> t
         )
     ref = _str(body, "from_checkpoint")
     model = _str(body, "model", required=ref is None)
-    n_epochs = _int(body, "n_epochs", 1, 1, 1000)
-    n_checkpoints = _int(body, "n_checkpoints", 1, 1, 1000)
+    n_epochs = _int(body, "n_epochs", 1, 1, MAX_EPOCHS)
+    n_checkpoints = _int(body, "n_checkpoints", 1, 1, MAX_CHECKPOINTS)
     learning_rate = _float(body, "learning_rate", "learning_rate", 0.0, 10.0, open_low=True)
     batch_size = body.get("batch_size")
     if batch_size is None or batch_size == "max":
@@ -478,4 +481,119 @@ def checkpoints_to_wire(rec: dict[str, Any]) -> list[dict[str, Any]]:
                 "checkpoint": "merged",
             }
         )
+    return out
+
+
+# ----------------------------------------------------------------------------- metrics
+TRAIN_KEYS = {"loss": "train/loss", "learning_rate": "train/learning_rate"}
+EVAL_KEYS = {"loss": "eval/loss", "accuracy": "eval/accuracy"}
+
+
+def _sample(rows: list[dict[str, Any]], count: int) -> list[dict[str, Any]]:
+    """``count`` rows spread evenly over ``rows``, first and last included (all when fewer)."""
+    if count >= len(rows):
+        return rows
+    if count == 1:
+        return rows[-1:]
+    picks = sorted({round(i * (len(rows) - 1) / (count - 1)) for i in range(count)})
+    return [rows[i] for i in picks]
+
+
+def metrics_to_wire(
+    rec: dict[str, Any],
+    step_from: int | None = None,
+    step_to: int | None = None,
+    at_from: float | None = None,
+    at_to: float | None = None,
+    resolution: int | None = None,
+) -> list[dict[str, float]]:
+    """The job's metric history as ``GET /v1/fine-tunes/{id}/metrics`` rows, oldest first.
+
+    A training row is ``{"train/loss", "train/learning_rate", "train/global_step", "train/epoch"}``;
+    an evaluation row (one per epoch, on the validation split) is ``{"eval/loss", "eval/accuracy",
+    "train/global_step", "train/epoch"}``: every row carries ``train/global_step``, the x axis the
+    official CLI plots against. All values are numbers. Filters: global step and log time (Unix
+    seconds) bounds, inclusive; ``resolution`` samples the training rows evenly down to that many
+    (evaluation rows are all kept).
+    """
+    rows = [
+        r
+        for r in rec.get("metric_history") or []
+        if (step_from is None or r["step"] >= step_from)
+        and (step_to is None or r["step"] <= step_to)
+        and (at_from is None or r["at"] >= at_from)
+        and (at_to is None or r["at"] <= at_to)
+    ]
+    train = [r for r in rows if r["kind"] == "train"]
+    if resolution is not None:
+        keep = {id(r) for r in _sample(train, resolution)}
+        rows = [r for r in rows if r["kind"] != "train" or id(r) in keep]
+    out = []
+    for r in rows:
+        keys = TRAIN_KEYS if r["kind"] == "train" else EVAL_KEYS
+        row = {wire: float(r[key]) for key, wire in keys.items() if r.get(key) is not None}
+        row["train/global_step"] = float(r["step"])
+        row["train/epoch"] = float(r["epoch"])
+        out.append(row)
+    return out
+
+
+# ----------------------------------------------------------------------------- before create
+def model_limits(model_name: str) -> dict[str, Any]:
+    """``GET /v1/fine-tunes/models/limits`` for any model name: the bounds this platform enforces at
+    create (the official client checks batch size and LoRA rank against them before it creates)."""
+    return {
+        "model_name": model_name,
+        "default_gradient_accumulation_steps": 1,
+        "max_learning_rate": 10.0,
+        "min_learning_rate": 0.0,
+        "max_num_epochs": MAX_EPOCHS,
+        "max_num_checkpoints": MAX_CHECKPOINTS,
+        "max_num_evals": MAX_EVALS,
+        "max_seq_length_sft": 8192,
+        "max_seq_length_dpo": 8192,
+        "min_max_seq_length": 1,
+        "merge_output_lora": True,
+        "supports_full_training": True,
+        "supports_reasoning": False,
+        "supports_tools": False,
+        "supports_vision": False,
+        "lora_training": {
+            "default_rank": 8,
+            "max_rank": 64,
+            "min_batch_size": 1,
+            "max_batch_size": MAX_BATCH_SIZE,
+            "max_batch_size_dpo": MAX_BATCH_SIZE,
+            "target_modules": ["all-linear"],
+        },
+        "full_training": {
+            "min_batch_size": 1,
+            "max_batch_size": MAX_BATCH_SIZE,
+            "max_batch_size_dpo": MAX_BATCH_SIZE,
+        },
+    }
+
+
+def parse_estimate(body: Any) -> tuple[str, int]:
+    """``POST /v1/fine-tunes/estimate-price`` body → ``(dataset, n_epochs)``; 400 naming the field."""
+    if not isinstance(body, dict):
+        raise bad("body", "request body must be a JSON object")
+    training_file = _str(body, "training_file", required=True)
+    dataset = dataset_of(training_file)
+    if dataset is None:
+        raise bad("training_file", f"file {training_file!r} not found", code="FILE_NOT_FOUND")
+    return dataset, _int(body, "n_epochs", 1, 1, MAX_EPOCHS)
+
+
+def estimate_to_wire(estimate: dict[str, float | None]) -> dict[str, Any]:
+    """Engine price estimate → ``AvailableEstimate``: ``allowed_to_proceed`` is false once the estimate
+    exceeds what is left of the account balance (``user_limit``, USD; absent without a balance)."""
+    left = estimate["balance_left_usd"]
+    out: dict[str, Any] = {
+        "estimation_available": True,
+        "estimated_total_price": round(float(estimate["estimated_usd"] or 0.0), 6),
+        "allowed_to_proceed": left is None or (estimate["estimated_usd"] or 0.0) <= left,
+    }
+    if left is not None:
+        out["user_limit"] = round(left, 6)
     return out
