@@ -48,6 +48,7 @@ class GiveUp(StrEnum):
     DEFERRAL_FAILED = "Airflow gave up waiting (trigger timeout or failure)"
     TASK_KILLED = "Airflow task was killed (marked failed, cleared or its DAG run ended)"
     CLEARED = "Airflow task was cleared; a new try starts"
+    START_FAILED = "Airflow task failed before it could wait for the job"
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@
 * :class:`TransientPlatformError` — try again later (429, 5xx, timeouts, resets, malformed bodies).
 * :class:`JobNotFoundError`, :class:`JobStateConflictError`, :class:`PlatformAuthError` and the base
   :class:`TrainingPlatformError` — the platform said no; retrying the same call will not help.
-* :class:`InvalidJobSpecError` — the job spec is wrong; raised before anything is submitted.
+* :class:`InvalidJobSpecError` — the job spec is wrong; raised before anything is submitted (the
+  submit operator then fails the task without retries).
 """
 
 from __future__ import annotations
@@ -77,7 +78,8 @@ class LostContactError(TrainingPlatformError):
 
 
 class InvalidJobSpecError(ValueError):
-    """The job spec is invalid; nothing was submitted.
+    """The job spec is invalid; nothing was submitted. (The submit operator fails the task with it
+    without retries: the same spec would fail the same way.)
 
     :param field: dotted path of the offending field, e.g. ``config.training.epochs``.
     :param expected: what the field should be.

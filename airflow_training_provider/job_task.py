@@ -18,15 +18,17 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cached_property
 from typing import Any, TypeVar
 
 from airflow.sdk.bases.operator import TRIGGER_FAIL_REPR
-from airflow.sdk.exceptions import AirflowException, AirflowTaskTimeout
+from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout, AirflowTaskTimeout
 from pydantic import BaseModel, ValidationError
 
 from airflow_training_provider.cancellation import CancelPolicy, GiveUp
-from airflow_training_provider.errors import TrainingPlatformError
+from airflow_training_provider.errors import TrainingPlatformError, TransientPlatformError
 from airflow_training_provider.hooks.training import TrainingPlatformHook, WaitInterrupted
 from airflow_training_provider.hooks.transport import RetryPolicy
 from airflow_training_provider.identity import TaskIdentity
@@ -159,6 +161,8 @@ class TrainingJobTaskMixin:
         self.job_id = outcome.job_id
         if isinstance(outcome, JobFinished):
             return job_outcome(outcome.job)
+        if isinstance(outcome, DeadlineReached) and outcome.kind == "sensor_timeout":
+            raise AirflowSensorTimeout(outcome.message)
         if isinstance(outcome, DeadlineReached):
             decision = self.cancel_policy.decide(GiveUp.EXECUTION_TIMEOUT)
             if decision.cancel:  # confirms the trigger's cancel, or sends it if that one failed
@@ -179,13 +183,36 @@ class TrainingJobTaskMixin:
         self.log.info("Training job %s", describe(job))  # type: ignore[attr-defined]
         return job_outcome(job)
 
-    # -- waiting -----------------------------------------------------------------------------------
-    def wait_for(self, job: TrainingJob, context: Any, deadline: float | None) -> dict[str, Any]:
-        """Wait for running ``job``: deferred if ``self.deferrable``, else on the worker."""
-        if self.deferrable:
-            self.defer_on(job, context, deadline)
-        return self.conclude(self.wait_on_worker(job, context), context)
+    @contextmanager
+    def owning(self, job: TrainingJob) -> Iterator[None]:
+        """Guard the steps between submitting ``job`` and waiting for it. A failure there (an XCom or
+        task-state-store error, a bad trigger argument...) must not leave the job running with nobody
+        waiting on it: it is cancelled if the policy says so, else left for the retry to re-attach.
+        A job that ended, a lost platform (the retry re-attaches) and the deferral pass through."""
+        try:
+            yield
+        except (TrainingJobFailed, TransientPlatformError, LostContactWithPlatform):
+            raise
+        except Exception as exc:
+            decision = self.cancel_policy.decide(GiveUp.START_FAILED)
+            if not decision.cancel:
+                self.log.warning(  # type: ignore[attr-defined]
+                    "The task failed before waiting for training job %s (%s); %s — a retry re-attaches",
+                    job.id,
+                    exc,
+                    decision.reason,
+                )
+                raise
+            self.log.warning(
+                "The task failed before waiting for training job %s (%s): cancelling it", job.id, exc
+            )  # type: ignore[attr-defined]
+            try:
+                self.cancel_and_report(job.id, GiveUp.START_FAILED.value)
+            except TrainingPlatformError as cancel_error:
+                self.log.error("Cancelling training job %s failed: %s", job.id, cancel_error)  # type: ignore[attr-defined]
+            raise
 
+    # -- waiting -----------------------------------------------------------------------------------
     def wait_on_worker(self, job: TrainingJob, context: Any = None) -> WaitOutcome:
         """Run the wait here, holding the worker slot; ``on_kill`` wakes it up to stop.
 
@@ -229,7 +256,9 @@ class TrainingJobTaskMixin:
         timeout = getattr(self, "execution_timeout", None)
         return None if timeout is None else time.time() + timeout.total_seconds()
 
-    def defer_on(self, job: TrainingJob, context: Any, deadline: float | None) -> None:
+    def defer_on(
+        self, job: TrainingJob, context: Any, deadline: float | None, deadline_kind: str = "execution_timeout"
+    ) -> None:
         """Defer to :class:`TrainingJobTrigger`; its ``deadline`` enforces ``execution_timeout``
         (3.3.2 does not while deferred) and the deferral timeout is only a backstop.
 
@@ -245,6 +274,7 @@ class TrainingJobTaskMixin:
             conn_id=self.conn_id,
             job_id=job.id,
             deadline=deadline,
+            deadline_kind=deadline_kind,
             dag_id=identity.dag_id,
             run_id=identity.run_id,
             task_id=identity.task_id,

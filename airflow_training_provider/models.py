@@ -13,6 +13,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+METRIC_HISTORY_POINTS = 100
+"""Training rows asked for when a job's metric history is read (the platform samples them evenly);
+bounds the history carried in the trigger event and XCom."""
+
 
 class JobState(StrEnum):
     """Common training-job lifecycle (``docs/platforms/README.md``).
@@ -81,6 +85,20 @@ class Cost(_Model):
     billable_seconds: float | None = None
 
 
+class MetricPoint(_Model):
+    """One row of a job's metric history: the metrics a platform recorded at one global step.
+
+    ``kind`` is ``"train"`` (training loss and learning rate) or ``"eval"`` (an evaluation on the
+    validation set); ``values`` uses the provider's metric names (``loss``, ``learning_rate``,
+    ``validation_loss``, ``validation_accuracy``...).
+    """
+
+    step: int
+    kind: str = "train"
+    epoch: float | None = None
+    values: dict[str, float] = Field(default_factory=dict)
+
+
 class JobEvent(_Model):
     """One platform event (type, level, message) as the platform reported it, in platform order."""
 
@@ -105,6 +123,9 @@ class TrainingJob(_Model):
     :ivar tags: identity tags the job carries (``airflow-*`` tags set by this provider).
     :ivar artifacts: where the job's outputs are, by kind (``model``, ``checkpoints``: URIs).
     :ivar events: platform events embedded in the job object (platforms whose events come that way).
+    :ivar metric_history: per-step metrics, oldest first, on a finished job of a platform with a
+        metrics endpoint (Together); the platform samples the training rows down to at most
+        ``METRIC_HISTORY_POINTS`` and keeps every evaluation row.
     """
 
     id: str
@@ -121,6 +142,7 @@ class TrainingJob(_Model):
     tags: list[str] = Field(default_factory=list)
     artifacts: dict[str, str] = Field(default_factory=dict)
     events: list[JobEvent] = Field(default_factory=list)
+    metric_history: list[MetricPoint] = Field(default_factory=list)
     created_at: datetime | None = None
     started_at: datetime | None = None
     updated_at: datetime | None = None

@@ -17,18 +17,24 @@ tests drive operations with canned answers and a fake clock, without any socket.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
-from airflow_training_provider.errors import JobAlreadyExistsError, JobStateConflictError
+from airflow_training_provider.errors import (
+    JobAlreadyExistsError,
+    JobStateConflictError,
+    TrainingPlatformError,
+)
 from airflow_training_provider.events import explain_failure
 from airflow_training_provider.models import (
     CancelRequest,
     CancelResult,
     Checkpoint,
     JobEvent,
+    MetricPoint,
     TrainingJob,
     complete_cancel_result,
     no_cancel_needed,
@@ -36,6 +42,7 @@ from airflow_training_provider.models import (
 from airflow_training_provider.platforms.base import ApiRequest, Dialect
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -158,10 +165,22 @@ class JobOperations:
         self, job: TrainingJob, events: list[JobEvent] | None = None, budget: float | None = None
     ) -> Operation[TrainingJob]:
         """A terminal job completed with what its object lacks: checkpoints (from the checkpoints
-        endpoint where the job does not list them) and the failure reason from its events."""
+        endpoint where the job does not list them), its metric history (where the platform has a
+        metrics endpoint) and the failure reason from its events.
+
+        The metric history is a nice-to-have: a failed read of it leaves the history empty (logged)
+        rather than failing a finished job's task."""
         caps = self.dialect.capabilities
         if not caps.checkpoints_in_job and not job.checkpoints:
             job = job.model_copy(update={"checkpoints": (yield from self.list_checkpoints(job.id, budget))})
+        request = self.dialect.metrics_request(job.id)
+        if request is not None and not job.metric_history:
+            try:
+                history = self.dialect.parse_metrics((yield from self._call(request, budget)))
+            except TrainingPlatformError as exc:
+                log.warning("Metric history of job %s not read: %s", job.id, exc)
+            else:
+                job = with_metric_history(job, history)
         if events is None and caps.events:
             events = yield from self.list_events(job.id, budget)
         return explain_failure(job, events or [], self.dialect)
@@ -250,6 +269,14 @@ class JobOperations:
         result = yield from self.cancel_job(job_id, cancel)
         job = yield from self.wait_until(job_id, is_terminal, timeout, interval)
         return complete_cancel_result(result, job), job
+
+
+def with_metric_history(job: TrainingJob, history: list[MetricPoint]) -> TrainingJob:
+    """``job`` with ``history``; each metric the job object lacks gets its latest value from it."""
+    latest: dict[str, float] = {}
+    for point in history:
+        latest.update(point.values)
+    return job.model_copy(update={"metric_history": history, "metrics": {**latest, **job.metrics}})
 
 
 def is_terminal(job: TrainingJob) -> bool:

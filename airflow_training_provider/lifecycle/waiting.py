@@ -52,7 +52,8 @@ class JobFinished(_Outcome):
 
 
 class DeadlineReached(_Outcome):
-    """The ``execution_timeout`` deadline passed with the job still running.
+    """A deadline passed with the job still running: the task's ``execution_timeout``, or a sensor's
+    own ``timeout`` (``kind``; a sensor timeout never cancels the job it watches).
 
     :ivar job: the job as last seen (running).
     :ivar cancel: the cancel the waiter already sent at the deadline (``None``: none was sent,
@@ -60,6 +61,7 @@ class DeadlineReached(_Outcome):
     """
 
     status: Literal["timeout"] = "timeout"
+    kind: Literal["execution_timeout", "sensor_timeout"] = "execution_timeout"
     message: str
     job: TrainingJob | None = None
     cancel: CancelResult | None = None
@@ -98,6 +100,7 @@ def wait_for_job(
     policy: CancelPolicy,
     deadline: float | None = None,
     event_cursor: int | None = None,
+    deadline_kind: Literal["execution_timeout", "sensor_timeout"] = "execution_timeout",
 ) -> Operation[JobFinished | DeadlineReached | LostContact | PollFailed]:
     """Wait until job ``job_id`` ends, the ``deadline`` (absolute UNIX seconds) passes, or the
     platform is lost for longer than ``polling.outage_budget``.
@@ -107,6 +110,7 @@ def wait_for_job(
     resumes the task seconds to minutes later), and the outcome is :class:`DeadlineReached`.
 
     :param event_cursor: events already reported (platforms with events); ``None`` reports none.
+    :param deadline_kind: what the deadline is; only an ``execution_timeout`` may cancel.
     """
     try:
         job, cursor = yield from ops.poll(
@@ -123,6 +127,9 @@ def wait_for_job(
         return PollFailed(job_id=job_id, message=f"Polling training job {job_id} failed: {exc}")
     if job.is_terminal:
         return JobFinished(job_id=job_id, job=job, event_cursor=cursor or 0)
+    if deadline_kind == "sensor_timeout":
+        message = f"Sensor timed out waiting for training job {job_id} (still {job.state.value}); the job keeps running"
+        return DeadlineReached(job_id=job_id, job=job, kind=deadline_kind, message=message)
     decision = policy.decide(GiveUp.EXECUTION_TIMEOUT)
     outcome = DeadlineReached(job_id=job_id, job=job, message=f"execution_timeout reached; {decision.reason}")
     if not decision.cancel:

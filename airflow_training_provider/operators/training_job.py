@@ -14,10 +14,11 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.configuration import conf
+from airflow.sdk.exceptions import AirflowFailException
 from pydantic import BaseModel
 
 from airflow_training_provider.cancellation import CancelPolicy, EarlierJob, GiveUp, Seconds, is_retry
-from airflow_training_provider.errors import JobNotFoundError
+from airflow_training_provider.errors import InvalidJobSpecError, JobNotFoundError, TrainingPlatformError
 from airflow_training_provider.hooks.training import TrainingPlatformHook
 from airflow_training_provider.identity import TaskIdentity
 from airflow_training_provider.job_task import (
@@ -50,8 +51,10 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
     :param conn_id: connection of the platform; its type (``tensorone``, ``together``...) picks the
         wire format.
     :param spec: the platform's create-job body (templated), e.g. TensorOne's ``name``,
-        ``datasetId``, ``config`` (``docs/platforms/``). Validated before submit; a bad field fails
-        the task with :class:`~airflow_training_provider.errors.InvalidJobSpecError` naming it.
+        ``datasetId``, ``config`` (``docs/platforms/``). Parsed into the platform's typed model before
+        submit (a templated ``"3"`` becomes 3 where the schema says number); a bad value or an unknown
+        field fails the task without retries, with
+        :class:`~airflow_training_provider.errors.InvalidJobSpecError` naming the field.
     :param wait_for_completion: wait for a terminal state; if ``False`` return right after submit.
     :param deferrable: wait in the triggerer, freeing the worker slot (default
         ``[operators] default_deferrable``).
@@ -69,6 +72,8 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
     :param resume_from_checkpoint: a retry of this task instance whose earlier job failed or was
         cancelled starts from that job's last saved checkpoint (platforms that can resume); a new
         DAG run never does.
+    :param allow_unknown_fields: send spec fields the provider does not model (an API newer than
+        it) instead of refusing them as likely typos.
     :param defer_timeout: seconds the task may stay deferred (Airflow's trigger timeout); when it
         runs out the job is cancelled and the task fails. ``execution_timeout`` is enforced too,
         deferred or not.
@@ -102,6 +107,7 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
         confirm_cancel_timeout: float | timedelta = 60.0,
         defer_timeout: float | timedelta | None = None,
         resume_from_checkpoint: bool = False,
+        allow_unknown_fields: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -110,6 +116,7 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
         self.wait_for_completion = wait_for_completion
         self.deferrable = deferrable
         self.resume_from_checkpoint = resume_from_checkpoint
+        self.allow_unknown_fields = allow_unknown_fields
         self._init_job_task(
             poll_interval=poll_interval,
             outage_budget=outage_budget,
@@ -131,7 +138,10 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         deadline = self.deadline_from_now()
         hook = self.hook
-        spec = hook.dialect.validate_spec(self.spec)
+        try:
+            spec = hook.dialect.validate_spec(self.spec, self.allow_unknown_fields)
+        except InvalidJobSpecError as exc:  # the same spec fails the same way: no retries
+            raise AirflowFailException(str(exc)) from exc
         identity = TaskIdentity.from_context(context)
         job = self.previous_job_to_resume(context, identity)
         if job is None:
@@ -140,14 +150,17 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
             tags = identity.tags()
             job = hook.create_job(hook.dialect.with_tags(spec, tags), tags)
             self.log.info("Submitted training job %s on %s: %s", job.id, hook.dialect.name, job.console_url)
-        self.remember(context, identity, job)
-        if not self.wait_for_completion:
-            return job.model_dump(mode="json")
-        job = hook.get_job(job.id, budget=self.polling.outage_budget)
-        ended = self.finish_if_ended(job)
-        if ended is not None:
-            return ended
-        return self.wait_for(job, context, deadline)
+        with self.owning(job):  # from here until the wait starts, a failure must not orphan the job
+            self.remember(context, identity, job)
+            if not self.wait_for_completion:
+                return job.model_dump(mode="json")
+            job = hook.get_job(job.id, budget=self.polling.outage_budget)
+            ended = self.finish_if_ended(job)
+            if ended is not None:
+                return ended
+            if self.deferrable:
+                self.defer_on(job, context, deadline)
+        return self.conclude(self.wait_on_worker(job, context), context)
 
     def remember(self, context: Any, identity: TaskIdentity, job: TrainingJob) -> None:
         """Publish the job before waiting: XCom (this try) and the task state store (next tries)."""
@@ -235,8 +248,17 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
             return str(record["job_id"])
         if not self.hook.dialect.capabilities.list_jobs:
             return None
-        # The worker may have died between submit and the store write: find the job by its tags.
-        jobs = [j for j in self.hook.list_jobs(identity.task_tags()) if not j.is_terminal]
+        # The worker may have died between submit and the store write: find the job by its tags. An
+        # optional endpoint: if the platform refuses it, go on (re-attach relies on the state store).
+        try:
+            jobs = [j for j in self.hook.list_jobs(identity.task_tags()) if not j.is_terminal]
+        except TrainingPlatformError as exc:
+            self.log.warning(
+                "Could not look for an earlier try's job by its tags (%s); going on without it: "
+                "re-attaching relies on the task state store",
+                exc,
+            )
+            return None
         return jobs[-1].id if jobs else None
 
 

@@ -12,11 +12,12 @@ See ``docs/architecture.md`` for how the pieces fit and ``docs/adding-a-platform
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from email.utils import parsedate_to_datetime
@@ -38,6 +39,7 @@ from airflow_training_provider.models import (
     Checkpoint,
     JobEvent,
     JobState,
+    MetricPoint,
     TrainingJob,
 )
 
@@ -66,9 +68,29 @@ def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
 
 class WireModel(BaseModel):
     """Base of every platform's wire models: unknown fields are kept, so a vendor adding fields never
-    breaks a poll."""
+    breaks a poll. In a job spec, a model whose content is free-form by the platform's docs sets
+    ``free_form = True``; elsewhere a field the model does not know is a likely typo
+    (:func:`unknown_fields`)."""
 
     model_config = ConfigDict(extra="allow", populate_by_name=True)
+    free_form: ClassVar[bool] = False
+
+
+def unknown_fields(model: BaseModel, path: str = "") -> Iterator[tuple[str, str, list[str]]]:
+    """``(dotted path, field name, the model's known field names)`` of every field ``model`` (and
+    the models inside it) does not know; a free-form model's own extra fields are allowed, its typed
+    fields are still checked."""
+    known = list(type(model).model_fields)
+    if not getattr(model, "free_form", False):
+        for name in model.model_extra or {}:
+            yield f"{path}{name}", name, known
+    for name in known:
+        value = getattr(model, name)
+        items = value if isinstance(value, list) else [value]
+        for index, item in enumerate(items):
+            if isinstance(item, BaseModel):
+                suffix = f".{index}" if isinstance(value, list) else ""
+                yield from unknown_fields(item, f"{path}{name}{suffix}.")
 
 
 @dataclass(frozen=True)
@@ -180,20 +202,34 @@ class Dialect(ABC):
             cls._status_by_folded_name = {k.strip().lower(): v for k, v in cls.status_map.items()}
 
     # -- spec ---------------------------------------------------------------------------------
-    def validate_spec(self, spec: dict[str, Any]) -> dict[str, Any]:
-        """Check ``spec`` against the platform's create schema; return it unchanged if valid.
+    def validate_spec(self, spec: dict[str, Any], allow_unknown_fields: bool = False) -> dict[str, Any]:
+        """``spec`` checked against the platform's create schema and returned as that schema types it:
+        a numeric string where the schema says number (a templated ``"{{ params.epochs }}"``) becomes
+        the number; fields the schema does not model are passed through as they are.
 
+        :param allow_unknown_fields: accept fields the provider does not know (an API newer than
+            it); by default such a field is refused, naming it and the closest known field.
         :raises InvalidJobSpecError: naming the first offending field and what was expected.
         """
         if not isinstance(spec, dict):
             raise InvalidJobSpecError("spec", f"a mapping (dict), got {type(spec).__name__}", self.name)
         try:
-            self.spec_model.model_validate(spec)
+            model = self.spec_model.model_validate(spec)
         except ValidationError as exc:
             err = exc.errors()[0]
             where = ".".join(str(p) for p in err["loc"]) or "spec"
             raise InvalidJobSpecError(where, err["msg"], self.name) from None
-        return spec
+        if not allow_unknown_fields:
+            for where, name, known in unknown_fields(model):
+                close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+                hint = f"did you mean '{close[0]}'?" if close else f"known fields: {', '.join(sorted(known))}"
+                raise InvalidJobSpecError(
+                    where,
+                    f"unknown field ({hint}) — to send fields this provider does not know yet, set "
+                    "allow_unknown_fields=True",
+                    self.name,
+                )
+        return model.model_dump(mode="json", exclude_unset=True)
 
     @abstractmethod
     def with_tags(self, spec: dict[str, Any], tags: list[str]) -> dict[str, Any]:
@@ -228,6 +264,11 @@ class Dialect(ABC):
         raise NotImplementedError(f"{self.name} cannot list jobs")
 
     def events_request(self, job_id: str) -> ApiRequest | None:
+        return None
+
+    def metrics_request(self, job_id: str) -> ApiRequest | None:
+        """Request for the job's metric history (read with :meth:`parse_metrics` when the job has
+        ended), or ``None``: the platform has no metrics endpoint."""
         return None
 
     def tagged_job_request(self, job_id: str) -> ApiRequest | None:
@@ -267,6 +308,9 @@ class Dialect(ABC):
         raise NotImplementedError(f"{self.name} cannot list jobs")
 
     def parse_events(self, body: Any) -> list[JobEvent]:
+        return []
+
+    def parse_metrics(self, body: Any) -> list[MetricPoint]:
         return []
 
     def decisive_event(self, events: list[JobEvent]) -> JobEvent | None:

@@ -182,21 +182,33 @@ class _AlgorithmSpecification(_Wire):
     TrainingImage: str | None = Field(default=None, min_length=1)
     AlgorithmName: str | None = Field(default=None, min_length=1)
     MetricDefinitions: list[dict[str, str]] | None = None
+    EnableSageMakerMetricsTimeSeries: bool | None = None
+    ContainerEntrypoint: list[str] | None = None
+    ContainerArguments: list[str] | None = None
+    TrainingImageConfig: dict[str, Any] | None = None
 
 
 class _ResourceConfig(_Wire):
     InstanceType: str | None = Field(default=None, pattern=r"^ml\.[a-z0-9]+\.[a-z0-9]+$")
     InstanceCount: int | None = Field(default=None, ge=1)
     VolumeSizeInGB: int = Field(ge=1)
+    VolumeKmsKeyId: str | None = None
+    KeepAlivePeriodInSeconds: int | None = None
+    InstanceGroups: list[dict[str, Any]] | None = None
+    TrainingPlanArn: str | None = None
+    InstancePlacementConfig: dict[str, Any] | None = None
 
 
 class _OutputDataConfig(_Wire):
     S3OutputPath: str = Field(pattern=r"^(https|s3)://")
+    KmsKeyId: str | None = None
+    CompressionType: str | None = None
 
 
 class _StoppingCondition(_Wire):
     MaxRuntimeInSeconds: int | None = Field(default=None, ge=1, le=28 * 24 * 3600)
     MaxWaitTimeInSeconds: int | None = Field(default=None, ge=1)
+    MaxPendingTimeInSeconds: int | None = Field(default=None, ge=1)
 
 
 class _CheckpointConfig(_Wire):
@@ -224,6 +236,20 @@ class SageMakerJobSpec(_Wire):
     Environment: dict[str, str] | None = None
     CheckpointConfig: _CheckpointConfig | None = None
     Tags: list[_Tag] | None = None
+    VpcConfig: dict[str, Any] | None = None
+    EnableNetworkIsolation: bool | None = None
+    EnableInterContainerTrafficEncryption: bool | None = None
+    EnableManagedSpotTraining: bool | None = None
+    DebugHookConfig: dict[str, Any] | None = None
+    DebugRuleConfigurations: list[dict[str, Any]] | None = None
+    TensorBoardOutputConfig: dict[str, Any] | None = None
+    ExperimentConfig: dict[str, Any] | None = None
+    ProfilerConfig: dict[str, Any] | None = None
+    ProfilerRuleConfigurations: list[dict[str, Any]] | None = None
+    RetryStrategy: dict[str, Any] | None = None
+    RemoteDebugConfig: dict[str, Any] | None = None
+    InfraCheckConfig: dict[str, Any] | None = None
+    SessionChainingConfig: dict[str, Any] | None = None
 
     _strings = field_validator("HyperParameters", "Environment", mode="before")(_string_map)
 
@@ -305,8 +331,8 @@ class SageMakerDialect(Dialect):
     }
 
     # -- spec ---------------------------------------------------------------------------------
-    def validate_spec(self, spec: dict[str, Any]) -> dict[str, Any]:
-        super().validate_spec(spec)
+    def validate_spec(self, spec: dict[str, Any], allow_unknown_fields: bool = False) -> dict[str, Any]:
+        spec = super().validate_spec(spec, allow_unknown_fields)
         algorithm = spec["AlgorithmSpecification"]
         if not (algorithm.get("TrainingImage") or algorithm.get("AlgorithmName")):
             raise InvalidJobSpecError(
@@ -314,7 +340,8 @@ class SageMakerDialect(Dialect):
                 "a training image or an AlgorithmName is required",
                 self.name,
             )
-        return self.spec_model.model_validate(spec).model_dump(exclude_none=True, mode="json")
+        algorithm.setdefault("TrainingInputMode", "File")  # required by the API
+        return spec
 
     def with_tags(self, spec: dict[str, Any], tags: list[str]) -> dict[str, Any]:
         """``spec`` with the identity tags as SageMaker tags and its name derived from them."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, PositiveInt
 
@@ -136,12 +136,23 @@ class WireErrorEnvelope(_Wire):
 
 
 class _TrainingParams(_Wire):
+    """``config.training``: the documented keys, and the local training platform's."""
+
     epochs: PositiveInt | None = None
     batch_size: PositiveInt | None = None
     learning_rate: float | None = None
+    optimizer: str | None = None
+    # the local training platform's trainer
+    hidden_units: PositiveInt | None = None
+    seconds_per_epoch: float | None = Field(default=None, ge=0)
+    seed: int | None = Field(default=None, ge=0)
+    checkpoint_seconds: float | None = Field(default=None, ge=0)
 
 
 class _Config(_Wire):
+    """``config`` is free-form by the docs; only ``training`` is checked field by field."""
+
+    free_form: ClassVar[bool] = True
     baseModel: str | None = None
     strategy: str | None = None
     training: _TrainingParams | None = None
@@ -152,11 +163,18 @@ class _Hyperparameters(_Wire):
     batchSize: PositiveInt | None = None
     epochs: PositiveInt | None = None
     optimizer: str | None = None
+    # the local training platform's trainer
+    hiddenUnits: PositiveInt | None = None
+    secondsPerEpoch: float | None = Field(default=None, ge=0)
+    seed: int | None = Field(default=None, ge=0)
+    checkpointSeconds: float | None = Field(default=None, ge=0)
 
 
 class _Infrastructure(_Wire):
     gpuType: str | None = None
     gpuCount: PositiveInt | None = None
+    memory: str | None = None
+    storage: str | None = None
 
 
 class _DatasetConfig(_Wire):
@@ -165,14 +183,22 @@ class _DatasetConfig(_Wire):
     format: str | None = None
 
 
+class _ModelConfig(_Wire):
+    modelType: str | None = None
+    baseModel: str | None = None
+    customCode: str | None = None
+
+
 class TensorOneJobSpec(_Wire):
     """A TensorOne create-job body, either the prose shape or the OpenAPI shape."""
 
     name: str = Field(min_length=1, max_length=100)
     description: str | None = None
     modelType: Literal["llm", "vision", "multimodal", "custom"] | None = None
+    framework: str | None = None
     datasetId: str | None = None
     datasetConfig: _DatasetConfig | None = None
+    modelConfig: _ModelConfig | None = None
     config: _Config | None = None
     hyperparameters: _Hyperparameters | None = None
     infrastructure: _Infrastructure | None = None
@@ -234,8 +260,8 @@ class TensorOneDialect(Dialect):
         "cancelled": JobState.CANCELLED,
     }
 
-    def validate_spec(self, spec: dict[str, Any]) -> dict[str, Any]:
-        super().validate_spec(spec)
+    def validate_spec(self, spec: dict[str, Any], allow_unknown_fields: bool = False) -> dict[str, Any]:
+        spec = super().validate_spec(spec, allow_unknown_fields)
         dataset_config = spec.get("datasetConfig") or {}
         if not (spec.get("datasetId") or dataset_config.get("datasetId") or dataset_config.get("datasetUrl")):
             raise InvalidJobSpecError(

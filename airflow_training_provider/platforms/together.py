@@ -32,12 +32,14 @@ from pydantic import Field, PositiveInt, field_validator, model_validator
 
 from airflow_training_provider.errors import JobStateConflictError, TrainingPlatformError
 from airflow_training_provider.models import (
+    METRIC_HISTORY_POINTS,
     CancelRequest,
     CancelResult,
     Checkpoint,
     Cost,
     JobEvent,
     JobState,
+    MetricPoint,
     Progress,
     TrainingJob,
 )
@@ -51,6 +53,16 @@ TAG_QUERY_PARAM = "x_airflow_tag"
 """List query parameter filtering by tag (local platform only; Together ignores it)."""
 
 PATH = "/v1/fine-tunes"
+STEP_KEY = "train/global_step"
+EPOCH_KEY = "train/epoch"
+METRIC_NAMES = {
+    "train/loss": "loss",
+    "train/learning_rate": "learning_rate",
+    "eval/loss": "validation_loss",
+    "eval/accuracy": "validation_accuracy",
+}
+"""Together metric names (``GET /v1/fine-tunes/{id}/metrics``) → the provider's; other names are kept
+as they are."""
 
 # -- wire models: responses (docs/platforms/together.md) ----------------------------------------------
 
@@ -128,6 +140,24 @@ class WireDataList(_Wire):
     data: list[dict[str, Any]] = Field(default_factory=list)
 
 
+class WireMetrics(_Wire):
+    """``GET /v1/fine-tunes/{id}/metrics`` answer: rows of metric name → number (Fine-tuning → Get
+    metrics); a value that is not a number is dropped rather than failing the read."""
+
+    metrics: list[dict[str, float]] = Field(default_factory=list)
+
+    @field_validator("metrics", mode="before")
+    @classmethod
+    def _numbers_only(cls, rows: Any) -> Any:
+        if not isinstance(rows, list):
+            return rows
+        return [
+            {k: v for k, v in row.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+            for row in rows
+            if isinstance(row, dict)
+        ]
+
+
 class WireErrorDetail(_Wire):
     message: str | None = None
     type: str | None = None
@@ -181,7 +211,17 @@ class TogetherJobSpec(_Wire):
     training_type: dict[str, Any] | None = None
     training_method: dict[str, Any] | None = None
     from_checkpoint: str | None = Field(default=None, min_length=1)
+    early_stopping_patience: int | None = None
+    early_stopping_min_delta: float | None = None
+    early_stopping_warmup_evals: int | None = None
+    multimodal_params: dict[str, Any] | None = None
+    from_hf_model: str | None = None
+    hf_model_revision: str | None = None
+    hf_api_token: str | None = None
+    hf_output_repo_name: str | None = None
+    train_on_inputs: bool | str | None = None
     x_airflow_tags: list[str] | None = None
+    x_local: dict[str, Any] | None = None  # the local training platform's extension (pacing, GPUs, faults)
 
     @field_validator("batch_size", mode="before")
     @classmethod
@@ -343,6 +383,11 @@ class TogetherDialect(Dialect):
     def list_request(self, tags: list[str]) -> ApiRequest:
         return ApiRequest("GET", PATH, params=[(TAG_QUERY_PARAM, t) for t in tags] or None)
 
+    def metrics_request(self, job_id: str) -> ApiRequest:
+        """``GET /v1/fine-tunes/{id}/metrics?resolution=`` (Fine-tuning → Get metrics): training rows
+        sampled down to :data:`METRIC_HISTORY_POINTS`, every evaluation row."""
+        return ApiRequest("GET", f"{PATH}/{job_id}/metrics", params={"resolution": METRIC_HISTORY_POINTS})
+
     def console_url(self, base_url: str, job_id: str) -> str:
         return f"{base_url.rstrip('/')}{PATH}/{job_id}"
 
@@ -414,6 +459,23 @@ class TogetherDialect(Dialect):
     def decisive_event(self, events: list[JobEvent]) -> JobEvent | None:
         """See :func:`decisive_event`."""
         return decisive_event(events)
+
+    def parse_metrics(self, body: Any) -> list[MetricPoint]:
+        """``{"metrics": [{"train/global_step": 7, "train/loss": 0.5, ...}, ...]}`` → points, oldest first.
+        A row with an ``eval/...`` value is an evaluation; rows without a global step are dropped."""
+        points = []
+        for row in WireMetrics.model_validate(body or {}).metrics:
+            step = row.get(STEP_KEY)
+            if step is None:
+                continue
+            values = {
+                METRIC_NAMES.get(name, name): value
+                for name, value in row.items()
+                if name not in (STEP_KEY, EPOCH_KEY)
+            }
+            kind = "eval" if any(name.startswith("eval/") for name in row) else "train"
+            points.append(MetricPoint(step=int(step), kind=kind, epoch=row.get(EPOCH_KEY), values=values))
+        return points
 
     def parse_checkpoints(self, body: Any) -> list[Checkpoint]:
         """Checkpoints oldest (lowest step) first. ``id`` is the step (what ``from_checkpoint`` names);

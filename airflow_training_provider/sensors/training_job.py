@@ -2,18 +2,28 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.configuration import conf
+from airflow.sdk.exceptions import (
+    AirflowSensorTimeout,
+    AirflowSkipException,
+    AirflowTaskTimeout,
+    TaskDeferralTimeout,
+)
 
 from airflow_training_provider.job_task import (
     TrainingJobTaskMixin,
     job_outcome,
 )
 from airflow_training_provider.progress import JobReport
+
+#: what ``soft_fail`` turns into a skip: the sensor's own timeouts, as in poke mode.
+_SOFT_FAIL_CAUSES = (AirflowSensorTimeout, AirflowTaskTimeout, TaskDeferralTimeout)
 
 
 class TrainingJobSensor(TrainingJobTaskMixin, BaseSensorOperator):
@@ -26,7 +36,11 @@ class TrainingJobSensor(TrainingJobTaskMixin, BaseSensorOperator):
     :param outage_budget: seconds of failed polls tolerated before failing with "lost contact".
     :param cancel_on_kill: cancel the job if Airflow gives up on this sensor (default ``False``:
         the sensor does not own the job). Honoured on every path: kill, ``execution_timeout``,
-        failed deferral, mark failed.
+        failed deferral, mark failed. The sensor's own ``timeout`` never cancels.
+
+    Deferred or poking, it behaves the same: ``timeout`` (seconds since the start) ends it with
+    ``AirflowSensorTimeout``; ``soft_fail`` turns only timeouts into a skip — a job that failed or
+    was cancelled fails the sensor.
     :param preserve_checkpoints: on cancel, keep the job's checkpoints.
     :param create_final_checkpoint: on cancel, ask for a final checkpoint (where the platform can).
     :param confirm_cancel_timeout: seconds to wait for the platform to confirm a cancel.
@@ -72,7 +86,23 @@ class TrainingJobSensor(TrainingJobTaskMixin, BaseSensorOperator):
         ended = self.finish_if_ended(job)
         if ended is not None:
             return ended
-        self.defer_on(job, context, self.deadline_from_now())
+        # the sensor's own timeout applies deferred as in poke mode; the earlier deadline wins
+        deadlines = [(time.time() + self.timeout, "sensor_timeout")]
+        if (execution := self.deadline_from_now()) is not None:
+            deadlines.append((execution, "execution_timeout"))
+        deadline, kind = min(deadlines)
+        self.defer_on(job, context, deadline, kind)
+
+    def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Any):
+        """As poke mode does: ``soft_fail`` skips only on a timeout; a job that failed or was cancelled
+        fails the sensor (``BaseSensorOperator`` would skip on any error when deferred)."""
+        try:
+            return super().resume_execution(next_method, next_kwargs, context)
+        except AirflowSkipException as skip:
+            cause = skip.__cause__
+            if cause is not None and not isinstance(cause, _SOFT_FAIL_CAUSES):
+                raise cause from None
+            raise
 
     def poke(self, context: Any) -> PokeReturnValue:
         job = self.hook.get_job(self.job_id, budget=self.polling.outage_budget)

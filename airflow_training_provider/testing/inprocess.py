@@ -1,7 +1,8 @@
 """Run an operator in this process the way Airflow runs a deferrable task, without a scheduler,
 triggerer or database: ``execute()`` → :class:`~airflow.sdk.exceptions.TaskDeferred` → the trigger
-rebuilt from its serialized (JSON) kwargs → ``trigger.run()`` to its first event → the resume
-method with the event's payload (again, if it defers again).
+rebuilt from its serialized (JSON) kwargs → ``trigger.run()`` to its first event →
+``resume_execution(method, {"event": payload}, context)`` as the task runner calls it (again, if it
+defers again).
 
 The context is a small stand-in for Airflow's: a task instance that keeps XComs in memory and a
 task state store, so re-attach and retry logic can be exercised too::
@@ -102,6 +103,9 @@ def run_task(operator: Any, context: dict[str, Any], max_deferrals: int = 10) ->
             classpath, kwargs = deferred.trigger.serialize()
             trigger = import_string(classpath)(**json.loads(json.dumps(kwargs)))
             event = asyncio.run(first_event(trigger))
-            method = getattr(operator, deferred.method_name)
-            call = lambda method=method, payload=event.payload: method(context, payload)  # noqa: E731
+            # as the task runner resumes a task: resume_execution(next_method, {"event": payload, ...})
+            kwargs = {**(deferred.kwargs or {}), "event": event.payload}
+            call = lambda method=deferred.method_name, kwargs=kwargs: operator.resume_execution(  # noqa: E731
+                method, kwargs, context
+            )
     raise RuntimeError(f"{operator.task_id} deferred more than {max_deferrals} times")

@@ -45,8 +45,9 @@ class TrainingJobTrigger(BaseTrigger):
 
     :param conn_id: Airflow connection of the platform (its type picks the platform).
     :param job_id: the platform's job id.
-    :param deadline: absolute UNIX time (seconds) after which the trigger stops waiting (the task's
-        ``execution_timeout``); ``None`` = none.
+    :param deadline: absolute UNIX time (seconds) after which the trigger stops waiting; ``None`` = none.
+    :param deadline_kind: ``execution_timeout`` (the task's; a cancel per the policy) or
+        ``sensor_timeout`` (a sensor's own ``timeout``; never a cancel).
     :param event_cursor: platform events already written to the task log (platforms with events);
         the cursor is also kept in the ``event_cursor`` XCom so a restarted triggerer resumes after
         the last written event.
@@ -69,6 +70,7 @@ class TrainingJobTrigger(BaseTrigger):
         job_id: str,
         deadline: float | None = None,
         event_cursor: int = 0,
+        deadline_kind: str = "execution_timeout",
         dag_id: str | None = None,
         run_id: str | None = None,
         task_id: str | None = None,
@@ -83,6 +85,7 @@ class TrainingJobTrigger(BaseTrigger):
         self.conn_id = conn_id
         self.job_id = job_id
         self.deadline = deadline
+        self.deadline_kind = deadline_kind
         self.event_cursor = int(event_cursor)
         self.identity = (
             TaskIdentity(dag_id, run_id, task_id, map_index, try_number)
@@ -100,6 +103,7 @@ class TrainingJobTrigger(BaseTrigger):
                 "conn_id": self.conn_id,
                 "job_id": self.job_id,
                 "deadline": self.deadline,
+                "deadline_kind": self.deadline_kind,
                 "event_cursor": self.event_cursor,
                 "dag_id": identity.dag_id if identity else None,
                 "run_id": identity.run_id if identity else None,
@@ -130,7 +134,9 @@ class TrainingJobTrigger(BaseTrigger):
                     # never lost — log lines written after a cancellation do not reach the task log.
                     await self._save_cursor(step.cursor)
 
-            wait = wait_for_job(client.ops, self.job_id, polling, self.policy, self.deadline, cursor)
+            wait = wait_for_job(
+                client.ops, self.job_id, polling, self.policy, self.deadline, cursor, self.deadline_kind
+            )
             outcome = await client.drive(wait, write)
         if isinstance(outcome, DeadlineReached):
             if outcome.cancel is not None:

@@ -97,6 +97,12 @@ def test_submit_and_wait_succeeds_the_same_way_deferred_or_on_the_worker(
         served = [(e.type, e.message) for e in TogetherDialect().parse_events(together_events(job))]
         assert logged == [(t, m) for t, m in served]
         assert logged[-1][0] == "job_complete"
+        # the metric history comes from the metrics endpoint: one evaluation per epoch, the job's own
+        evals = [p for p in result["metric_history"] if p["kind"] == "eval"]
+        assert [p["epoch"] for p in evals] == [1.0, 2.0]
+        assert evals[-1]["values"]["validation_accuracy"] == pytest.approx(job["metrics"]["val_accuracy"])
+        assert result["metrics"]["validation_accuracy"] == evals[-1]["values"]["validation_accuracy"]
+        assert result["metric_history"][-1]["step"] == job["progress"]["total_steps"]
 
 
 def test_sagemaker_create_throttled_three_times_makes_exactly_one_job(control):
@@ -115,7 +121,7 @@ def test_sagemaker_create_throttled_three_times_makes_exactly_one_job(control):
 
 def test_sagemaker_max_runtime_stops_the_job_and_fails_the_task(control):
     spec = sagemaker_spec(epochs=300)
-    spec["StoppingCondition"] = {"MaxRuntimeInSeconds": 3}
+    spec["StoppingCondition"] = {"MaxRuntimeInSeconds": 6}  # past the trainer's start, even on a busy machine
     op = submit("aws", spec, deferrable=True)
     ctx = task_context(op, run_id="max-runtime")
     with pytest.raises(TrainingJobFailed, match="MaxRuntimeExceeded"):
@@ -135,7 +141,7 @@ def test_a_failed_job_fails_the_task_with_the_platform_reason(control):
 
 def test_deferred_execution_timeout_cancels_once_at_the_deadline(control):
     op = submit(
-        "tensorone", tensorone_spec(epochs=300), deferrable=True, execution_timeout=timedelta(seconds=4)
+        "tensorone", tensorone_spec(epochs=300), deferrable=True, execution_timeout=timedelta(seconds=5)
     )
     ctx = task_context(op)
     started = time.time()
@@ -144,7 +150,7 @@ def test_deferred_execution_timeout_cancels_once_at_the_deadline(control):
     job = control.wait_job(ctx["ti"].xcoms["job_id"], {"cancelled"})
     (cancel,) = control.accepted_cancels(job)
     assert cancel["reason"] == GiveUp.EXECUTION_TIMEOUT.value and cancel["create_final_checkpoint"] is True
-    assert 3.5 <= cancel["received_at"] - started <= 10, "the trigger cancels at the deadline"
+    assert 4.5 <= cancel["received_at"] - started <= 12, "the trigger cancels at the deadline"
     assert [c for c in job["checkpoints"] if c["kind"] == "final"]
     assert ctx["ti"].xcoms["cancel_result"]["final_checkpoint_id"] == "ckpt_final"
 
@@ -164,13 +170,13 @@ def test_a_sensor_past_its_execution_timeout_never_cancels_the_job_it_watches(co
         with pytest.raises(AirflowTaskTimeout, match="cancel_on_kill is off"):
             run_task(sensor, task_context(sensor))
         job = control.job(job_id)
-        assert job["state"] == "running" and job["cancel_requests"] == []
+        assert job["state"] in ("starting", "running") and job["cancel_requests"] == []
     finally:
         control_cancel(control, job_id)
 
 
 def test_a_retry_re_attaches_to_the_running_job_instead_of_submitting(control):
-    op = submit("tensorone", tensorone_spec(epochs=6), deferrable=True, retries=1)
+    op = submit("tensorone", tensorone_spec(epochs=2), deferrable=True, retries=1)
     first = task_context(op)
     op_first = submit("tensorone", op.spec, wait_for_completion=False, retries=1)
     job_id = run_task(op_first, first)["id"]
@@ -236,7 +242,7 @@ def test_an_outage_beyond_the_budget_fails_the_task_and_leaves_the_job_alone(con
     with pytest.raises(LostContactWithPlatform, match="NOT cancelled"):
         op.execute_complete(ctx, event.payload)
     job = control.job(job_id)
-    assert job["state"] == "running" and job["cancel_requests"] == []
+    assert job["state"] in ("starting", "running") and job["cancel_requests"] == []
     control_cancel(control, job_id)
 
 

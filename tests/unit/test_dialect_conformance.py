@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from airflow_training_provider.errors import (
+    InvalidJobSpecError,
     JobNotFoundError,
     JobStateConflictError,
     PlatformAuthError,
@@ -290,3 +291,65 @@ def _connection(case: Case, **override: Any):
     return Connection(
         conn_id=f"{case.platform.conn_type}_t", extra=json.dumps(extra) if extra else None, **values
     )
+
+
+# -- specs: typed before submit, typos refused -----------------------------------------------------------
+TYPOS = {
+    "tensorone": ({"name": "n", "datasetId": "digits", "epochz": 2}, "epochz", None),
+    "together": ({"training_file": "f", "model": "m", "n_epoch": 2}, "n_epoch", "n_epochs"),
+    "aws": ({**sm.SPEC, "HyperParameter": {"epochs": "3"}}, "HyperParameter", "HyperParameters"),
+}
+NUMBERS = {
+    "tensorone": (
+        {"name": "n", "datasetId": "d", "config": {"training": {"epochs": "3"}}},
+        ("config", "training", "epochs"),
+        3,
+    ),
+    "together": (
+        {"training_file": "f", "model": "m", "n_epochs": "3", "learning_rate": "1e-5"},
+        ("n_epochs",),
+        3,
+    ),
+    "aws": ({**sm.SPEC, "HyperParameters": {"epochs": 3}}, ("HyperParameters", "epochs"), "3"),
+}
+
+
+@every_platform
+def test_an_unknown_field_is_refused_naming_the_closest_known_one(case):
+    dialect = case.platform.dialect()
+    spec, field_name, closest = TYPOS[case.platform.conn_type]
+    with pytest.raises(InvalidJobSpecError) as err:
+        dialect.validate_spec(spec)
+    assert err.value.field == field_name
+    assert ("did you mean" in str(err.value)) is (closest is not None)
+    if closest:
+        assert f"'{closest}'" in str(err.value)
+    assert field_name in dialect.validate_spec(spec, allow_unknown_fields=True)  # the explicit pass-through
+
+
+@every_platform
+def test_templated_numbers_reach_the_platform_as_its_schema_types_them(case):
+    spec, path, expected = NUMBERS[case.platform.conn_type]
+    value = case.platform.dialect().validate_spec(spec)
+    for key in path:
+        value = value[key]
+    assert value == expected and type(value) is type(expected)
+
+
+@every_platform
+def test_a_nested_typo_is_named_with_its_path(case):
+    dialect = case.platform.dialect()
+    nested = {
+        "tensorone": (
+            {"name": "n", "datasetId": "d", "config": {"training": {"epoch": 3}}},
+            "config.training.epoch",
+        ),
+        "together": ({"training_file": "f", "model": "m", "x_airflow_tag": ["a"]}, "x_airflow_tag"),
+        "aws": (
+            {**sm.SPEC, "ResourceConfig": {**sm.SPEC["ResourceConfig"], "InstanceCnt": 2}},
+            "ResourceConfig.InstanceCnt",
+        ),
+    }[case.platform.conn_type]
+    with pytest.raises(InvalidJobSpecError) as err:
+        dialect.validate_spec(nested[0])
+    assert err.value.field == nested[1]

@@ -7,7 +7,12 @@ from __future__ import annotations
 import pytest
 
 from airflow_training_provider.cancellation import CancelPolicy, GiveUp
-from airflow_training_provider.errors import JobNotFoundError, JobStateConflictError, TransientPlatformError
+from airflow_training_provider.errors import (
+    JobNotFoundError,
+    JobStateConflictError,
+    TrainingPlatformError,
+    TransientPlatformError,
+)
 from airflow_training_provider.lifecycle.operations import JobOperations, NewEvents, Progress
 from airflow_training_provider.lifecycle.waiting import (
     DeadlineReached,
@@ -173,6 +178,7 @@ def test_events_are_reported_once_in_order_from_the_cursor():
                 {"data": [event("job_pending"), event("job_start"), event("job_complete")]},
             ],
             ("GET", TOGETHER_JOB + "/checkpoints"): [{"data": [{"step": 10, "checkpoint_type": "Final"}]}],
+            ("GET", TOGETHER_JOB + "/metrics"): [{"metrics": []}],
         }
     )
     ops = JobOperations(TogetherDialect(), "http://p", canned.clock)
@@ -196,11 +202,61 @@ def test_a_platform_cancel_is_explained_by_its_event():
                 }
             ],
             ("GET", TOGETHER_JOB + "/checkpoints"): [{"data": []}],
+            ("GET", TOGETHER_JOB + "/metrics"): [{"metrics": []}],
         }
     )
     ops = JobOperations(TogetherDialect(), "http://p", canned.clock)
     outcome = canned.drive(wait_for_job(ops, "ft-1", POLLING, CancelPolicy(), None, 0))
     assert "W&B login failed" in outcome.job.message
+
+
+def test_the_final_view_reads_the_metric_history_and_fills_the_latest_metrics():
+    rows = [
+        {"train/loss": 2.0, "train/learning_rate": 0.01, "train/global_step": 1, "train/epoch": 1},
+        {"train/loss": 1.5, "train/learning_rate": 0.01, "train/global_step": 12, "train/epoch": 1},
+        {"eval/loss": 1.7, "eval/accuracy": 0.6, "train/global_step": 12, "train/epoch": 1},
+        {"train/loss": 1.1, "train/global_step": 24, "train/epoch": 2, "note": "not a number"},
+    ]
+    canned = Canned(
+        {
+            ("GET", TOGETHER_JOB): [together_job("completed")],
+            ("GET", TOGETHER_JOB + "/events"): [{"data": []}],
+            ("GET", TOGETHER_JOB + "/checkpoints"): [{"data": []}],
+            ("GET", TOGETHER_JOB + "/metrics"): [{"metrics": rows}],
+        }
+    )
+    ops = JobOperations(TogetherDialect(), "http://p", canned.clock)
+    job = canned.drive(wait_for_job(ops, "ft-1", POLLING, CancelPolicy(), None, 0)).job
+    assert [(p.step, p.kind) for p in job.metric_history] == [
+        (1, "train"),
+        (12, "train"),
+        (12, "eval"),
+        (24, "train"),
+    ]
+    assert job.metric_history[2].values == {"validation_loss": 1.7, "validation_accuracy": 0.6}
+    assert job.metrics == {
+        "loss": 1.1,
+        "learning_rate": 0.01,
+        "validation_loss": 1.7,
+        "validation_accuracy": 0.6,
+    }
+    [metrics_call] = canned.calls("GET", TOGETHER_JOB + "/metrics")
+    assert metrics_call.params == {"resolution": 100}
+
+
+def test_a_metric_history_that_cannot_be_read_does_not_fail_a_finished_job():
+    canned = Canned(
+        {
+            ("GET", TOGETHER_JOB): [together_job("completed")],
+            ("GET", TOGETHER_JOB + "/events"): [{"data": []}],
+            ("GET", TOGETHER_JOB + "/checkpoints"): [{"data": []}],
+            ("GET", TOGETHER_JOB + "/metrics"): [TrainingPlatformError("no such route", status=404)],
+        }
+    )
+    ops = JobOperations(TogetherDialect(), "http://p", canned.clock)
+    outcome = canned.drive(wait_for_job(ops, "ft-1", POLLING, CancelPolicy(), None, 0))
+    assert isinstance(outcome, JobFinished) and outcome.job.state is JobState.SUCCEEDED
+    assert outcome.job.metric_history == []
 
 
 # -- cancel -------------------------------------------------------------------------------------------

@@ -219,8 +219,8 @@ def test_both_documented_create_shapes_validate():
         "hyperparameters": {"learningRate": 0.1, "batchSize": 4, "epochs": 3},
         "infrastructure": {"gpuType": "h100", "gpuCount": 2},
     }
-    assert D.validate_spec(prose) is prose
-    assert D.validate_spec(openapi) is openapi
+    assert D.validate_spec(prose) == prose
+    assert D.validate_spec(openapi) == openapi
 
 
 def test_negative_learning_rate_is_left_to_the_trainer():

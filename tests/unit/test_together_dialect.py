@@ -205,9 +205,12 @@ def test_checkpoints_sorted_by_step_and_final_recognized():
 
 
 def test_documented_create_body_validates():
-    assert D.validate_spec(CREATE_BODY) is CREATE_BODY
+    assert D.validate_spec(CREATE_BODY) == CREATE_BODY
     D.validate_spec({"training_file": "file-abc", "from_checkpoint": f"{JOB_ID}:200"})  # model optional then
-    D.validate_spec({**CREATE_BODY, "batch_size": 8, "wandb_key": "k" * 40, "a_future_field": 1})
+    future = {**CREATE_BODY, "batch_size": 8, "wandb_key": "k" * 40, "a_future_field": 1}
+    assert D.validate_spec(future, allow_unknown_fields=True)["a_future_field"] == 1
+    with pytest.raises(InvalidJobSpecError, match="a_future_field.*allow_unknown_fields=True"):
+        D.validate_spec(future)
 
 
 @pytest.mark.parametrize(
@@ -407,7 +410,7 @@ def test_tags_go_in_the_extension_key_and_come_back():
         {**CREATE_BODY, TAGS_KEY: ["team:ml", "airflow-dag:d"]}, ["airflow-dag:d", "airflow-try:1"]
     )
     assert spec[TAGS_KEY] == ["team:ml", "airflow-dag:d", "airflow-try:1"]
-    assert TAGS_KEY not in CREATE_BODY and D.validate_spec(spec) is spec
+    assert TAGS_KEY not in CREATE_BODY and D.validate_spec(spec) == spec
     assert D.parse_job({**JOB, TAGS_KEY: ["airflow-dag:d"]}).tags == ["airflow-dag:d"]
 
 
@@ -443,7 +446,7 @@ def test_cancel_response_is_the_truncated_job():
 def test_resume_spec_sets_from_checkpoint():
     spec = D.resume_spec(CREATE_BODY, JOB_ID, Checkpoint(id="200", step=200))
     assert spec == {**CREATE_BODY, "from_checkpoint": f"{JOB_ID}:200"}
-    assert "from_checkpoint" not in CREATE_BODY and D.validate_spec(spec) is spec
+    assert "from_checkpoint" not in CREATE_BODY and D.validate_spec(spec) == spec
     assert D.capabilities.checkpoints_in_job is False
 
 
