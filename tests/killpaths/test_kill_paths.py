@@ -122,6 +122,13 @@ def test_k8_reassigned_trigger_is_not_cancelled(outcome):
     assert outcome.notes["state_after_wake"] == "running"
     assert outcome.cancels == [] and outcome.submits == 1
     assert outcome.ti_state == "success" and outcome.jobs[0]["state"] == "succeeded"
+    # the same for a deferred sensor with cancel_on_kill=True: its trigger moved, the job it watches
+    # is not cancelled by the stale copy
+    sensor = outcome.notes["sensor"]
+    assert sensor.notes["taken_by"] != sensor.notes["owner_job"]
+    assert sensor.notes["state_after_wake"] == "running"
+    assert sensor.cancels == [] and sensor.submits == 1
+    assert sensor.ti_state == "success" and sensor.jobs[0]["state"] == "succeeded"
 
 
 @scenario("k9_slow_cancel")

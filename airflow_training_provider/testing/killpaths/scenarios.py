@@ -543,11 +543,16 @@ def _wait_triggerer_job(stack, dag, run_id, predicate, timeout: float = 60) -> i
 
 def k8_triggerer_reassignment(stack, platform, flavors: list[Flavor]) -> dict[str, Outcome]:
     """Two triggerers; the owner stops heartbeating (SIGSTOP), the other takes the triggers over,
-    then the owner wakes up (SIGCONT) and — in 3.3.2 — calls on_kill on its stale copies."""
+    then the owner wakes up (SIGCONT) and — in 3.3.2 — calls on_kill on its stale copies.
+
+    Each flavor runs two deferred tasks through it: the submit operator, and a sensor with
+    ``cancel_on_kill=True`` (its outcome in ``notes["sensor"]``)."""
     stack.components["triggerer-1"].stop()  # so the triggers land on triggerer-0
+    shapes = {"operator": "kp_medium_deferred", "sensor": "kp_medium_sensor"}
     runs = {
-        f.name: (f.dag("kp_medium_deferred"), *_start_deferred(stack, platform, f.dag("kp_medium_deferred")))
+        (f.name, shape): (f.dag(base), *_start_deferred(stack, platform, f.dag(base)))
         for f in flavors
+        for shape, base in shapes.items()
     }
     owners = {
         n: _wait_triggerer_job(stack, dag, run, lambda j: j is not None) for n, (dag, run, _) in runs.items()
@@ -567,21 +572,23 @@ def k8_triggerer_reassignment(stack, platform, flavors: list[Flavor]) -> dict[st
     time.sleep(8)  # the woken owner cancels its stale copies (on_kill) now
     mid = {n: platform.job(job["job_id"])["state"] for n, (_, _, job) in runs.items()}
     outcomes = {}
-    for name, (dag, run_id, _) in runs.items():
+    for key, (dag, run_id, _) in runs.items():
         ti = stack.wait_ti(dag, run_id, "train", {"success", "failed"}, timeout=180)
-        outcomes[name] = _finish(
+        outcomes[key] = _finish(
             stack,
             platform,
             "K8 trigger reassigned to another triggerer",
             dag,
             run_id,
             expect_cancel=False,
-            owner_job=owners[name],
-            taken_by=taken[name],
-            state_after_wake=mid[name],
+            owner_job=owners[key],
+            taken_by=taken[key],
+            state_after_wake=mid[key],
             log=stack.task_log(dag, run_id, "train", ti["try_number"]),
         )
-    return outcomes
+    for f in flavors:
+        outcomes[(f.name, "operator")].notes["sensor"] = outcomes.pop((f.name, "sensor"))
+    return {f.name: outcomes.pop((f.name, "operator")) for f in flavors}
 
 
 def k17_already_failed(stack, platform, flavors: list[Flavor]) -> dict[str, Outcome]:

@@ -1,7 +1,8 @@
 """DAGs for the kill-path scenarios, one per shape of task and platform: ``kp_<shape><suffix>`` for
 every flavor (``kp_deferred`` on TensorOne, ``kp_deferred_together`` on Together AI...).
 
-Each DAG has one task ``train`` (the reaper DAG: ``reap``). Jobs are paced by ``seconds_per_epoch``
+Each DAG has one task ``train`` (the reaper DAG: ``reap``; the sensor DAG a ``submit`` task before
+its ``train`` sensor). Jobs are paced by ``seconds_per_epoch``
 so that they run long enough for the action under test. ``PidRecordingSubmit`` pushes the task
 process's PID to XCom so a scenario can signal exactly that process. The harness copies this file
 into the stack's dags folder.
@@ -16,6 +17,7 @@ from airflow.sdk import DAG
 
 from airflow_training_provider.operators.reaper import ReapOrphanedTrainingJobsOperator
 from airflow_training_provider.operators.training_job import SubmitTrainingJobOperator
+from airflow_training_provider.sensors.training_job import TrainingJobSensor
 from airflow_training_provider.testing.killpaths.flavors import FLAVORS
 
 START = datetime(2026, 1, 1)
@@ -79,6 +81,16 @@ for flavor in FLAVORS.values():
 
     with dag(f"kp_medium_deferred{sfx}"):
         PidRecordingSubmit(task_id="train", spec=spec(epochs=120, seconds_per_epoch=0.5), **deferred)
+
+    with dag(f"kp_medium_sensor{sfx}"):  # K8 for a sensor that owns the cancel of the job it watches
+        submitted = SubmitTrainingJobOperator(
+            task_id="submit", conn_id=conn_id, spec=spec(epochs=120, seconds_per_epoch=0.5),
+            wait_for_completion=False,
+        )  # fmt: skip
+        submitted >> TrainingJobSensor(
+            task_id="train", conn_id=conn_id, job_id="{{ ti.xcom_pull(task_ids='submit', key='job_id') }}",
+            cancel_on_kill=True, deferrable=True, poll_interval=2,
+        )  # fmt: skip
 
     with dag(f"kp_outage_retry{sfx}"):
         PidRecordingSubmit(
