@@ -275,6 +275,7 @@ class TrainingJobTaskMixin:
             job_id=job.id,
             deadline=deadline,
             deadline_kind=deadline_kind,
+            deferred_at=time.time(),
             dag_id=identity.dag_id,
             run_id=identity.run_id,
             task_id=identity.task_id,

@@ -27,6 +27,11 @@ class Polling(BaseModel):
     :ivar confirm_interval: between polls while waiting for the platform to confirm a cancel.
     :ivar clear_grace: how long a try started by a clear gives the old try's trigger to cancel the
         old job before cancelling it itself.
+    :ivar resume_settle: the trigger fires no sooner than this after the task deferred. Airflow
+        3.3's scheduler fails a task whose trigger fired before it processed the worker's exit
+        from ``defer()`` ("finished with state success, but the task instance's state attribute
+        is queued", apache/airflow#71580); the task then fails without its own message. Only a
+        job that ends within seconds of the deferral waits.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -35,6 +40,7 @@ class Polling(BaseModel):
     outage_budget: Seconds = 600.0
     confirm_interval: Seconds = Field(1.0, gt=0)
     clear_grace: Seconds = 10.0
+    resume_settle: Seconds = 10.0
 
 
 class _Outcome(BaseModel):

@@ -91,7 +91,8 @@ def run_task(operator: Any, context: dict[str, Any], max_deferrals: int = 10) ->
     """``operator.execute(context)``, with every deferral run here; returns the task's result.
 
     The trigger is rebuilt from ``serialize()`` after a JSON round trip, as the triggerer would,
-    so a kwarg that is not plain JSON fails here too.
+    so a kwarg that is not plain JSON fails here too. Its ``resume_settle`` (a guard against a
+    scheduler race; there is no scheduler here) is set to 0 so a quick job is not held.
     """
     # The task runner's own pass: execute() is not being called "outside of the Task Runner".
     sentinel = {f"{type(operator).__name__}__sentinel": ExecutorSafeguard.sentinel_value}
@@ -101,7 +102,10 @@ def run_task(operator: Any, context: dict[str, Any], max_deferrals: int = 10) ->
             return call()
         except TaskDeferred as deferred:
             classpath, kwargs = deferred.trigger.serialize()
-            trigger = import_string(classpath)(**json.loads(json.dumps(kwargs)))
+            kwargs = json.loads(json.dumps(kwargs))
+            if "resume_settle" in kwargs:
+                kwargs["resume_settle"] = 0.0
+            trigger = import_string(classpath)(**kwargs)
             event = asyncio.run(first_event(trigger))
             # as the task runner resumes a task: resume_execution(next_method, {"event": payload, ...})
             kwargs = {**(deferred.kwargs or {}), "event": event.payload}

@@ -222,12 +222,32 @@ class AirflowStack:
     def dag_run_state(self, dag_id: str, run_id: str) -> str:
         return self.call("GET", f"/dags/{dag_id}/dagRuns/{run_id}")["state"]
 
-    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int) -> str:
-        """The task log of one try as text: one JSON object per structured log entry."""
-        body = self.call(
-            "GET",
-            f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}",
-            params={"full_content": "true"},
-            headers={"Accept": "application/json"},
-        )
-        return "\n".join(json.dumps(entry, ensure_ascii=False) for entry in body.get("content", []))
+    def task_log(
+        self,
+        dag_id: str,
+        run_id: str,
+        task_id: str,
+        try_number: int,
+        *,
+        wait_for: tuple[str, ...] = (),
+        timeout: float = 30.0,
+    ) -> str:
+        """The task log of one try as text: one JSON object per structured log entry.
+
+        ``wait_for``: re-read (for up to ``timeout`` seconds) until one of these texts is in the log.
+        The supervisor reports a try's final state before the task's last lines reach the log file,
+        so a log read right after the state can miss them. After the timeout the log is returned
+        as it is, for the caller's assertion to show.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            body = self.call(
+                "GET",
+                f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}",
+                params={"full_content": "true"},
+                headers={"Accept": "application/json"},
+            )
+            text = "\n".join(json.dumps(entry, ensure_ascii=False) for entry in body.get("content", []))
+            if not wait_for or any(w in text for w in wait_for) or time.monotonic() > deadline:
+                return text
+            time.sleep(1)

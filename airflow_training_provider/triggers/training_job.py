@@ -10,6 +10,7 @@ deadline (if the policy says so) and in the verified ``on_kill`` (``docs/airflow
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -51,6 +52,8 @@ class TrainingJobTrigger(BaseTrigger):
     :param event_cursor: platform events already written to the task log (platforms with events);
         the cursor is also kept in the ``event_cursor`` XCom so a restarted triggerer resumes after
         the last written event.
+    :param deferred_at: UNIX time (seconds) the task deferred; the event waits until
+        ``deferred_at + resume_settle`` (see :class:`~airflow_training_provider.lifecycle.waiting.Polling`).
     :param dag_id, run_id, task_id, map_index, try_number: the task instance try that deferred —
         lets ``on_kill`` ask Airflow what happened to it, and the trigger keep its event cursor.
     :param options: the fields of :class:`~airflow_training_provider.lifecycle.waiting.Polling`
@@ -71,6 +74,7 @@ class TrainingJobTrigger(BaseTrigger):
         deadline: float | None = None,
         event_cursor: int = 0,
         deadline_kind: str = "execution_timeout",
+        deferred_at: float | None = None,
         dag_id: str | None = None,
         run_id: str | None = None,
         task_id: str | None = None,
@@ -86,6 +90,7 @@ class TrainingJobTrigger(BaseTrigger):
         self.job_id = job_id
         self.deadline = deadline
         self.deadline_kind = deadline_kind
+        self.deferred_at = deferred_at
         self.event_cursor = int(event_cursor)
         self.identity = (
             TaskIdentity(dag_id, run_id, task_id, map_index, try_number)
@@ -104,6 +109,7 @@ class TrainingJobTrigger(BaseTrigger):
                 "job_id": self.job_id,
                 "deadline": self.deadline,
                 "deadline_kind": self.deadline_kind,
+                "deferred_at": self.deferred_at,
                 "event_cursor": self.event_cursor,
                 "dag_id": identity.dag_id if identity else None,
                 "run_id": identity.run_id if identity else None,
@@ -145,6 +151,9 @@ class TrainingJobTrigger(BaseTrigger):
                 self.log.error(
                     "execution_timeout: cancelling job %s failed (%s)", self.job_id, outcome.cancel_error
                 )
+        settle = (self.deferred_at or 0.0) + polling.resume_settle - time.time()
+        if settle > 0:  # see Polling.resume_settle: an event this early can make Airflow fail the task
+            await asyncio.sleep(settle)
         yield TriggerEvent(outcome.model_dump(mode="json"))
 
     async def _load_cursor(self) -> int:

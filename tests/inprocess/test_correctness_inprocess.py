@@ -27,7 +27,8 @@ from airflow_training_provider.hooks.transport import prepare_request
 from airflow_training_provider.job_task import TrainingJobFailed
 from airflow_training_provider.operators.training_job import SubmitTrainingJobOperator
 from airflow_training_provider.sensors.training_job import TrainingJobSensor
-from airflow_training_provider.testing.inprocess import run_task, task_context
+from airflow_training_provider.testing.inprocess import first_event, run_task, task_context
+from airflow_training_provider.triggers.training_job import TrainingJobTrigger
 from tests.conftest import API_KEY
 from tests.inprocess.test_operators_inprocess import control_cancel, submit, tensorone_spec
 
@@ -130,6 +131,23 @@ def test_soft_fail_skips_only_a_timeout_never_a_job_cancelled_by_someone(
                                deferrable=deferrable, poll_interval=0.5, timeout=1, soft_fail=True)  # fmt: skip
     with pytest.raises(AirflowSkipException):
         run_task(sensor, task_context(sensor, run_id=f"soft-timeout-{deferrable}"))
+
+
+def test_the_trigger_fires_no_sooner_than_the_resume_settle_after_the_deferral(cancelled_outside):
+    """Airflow 3.3's scheduler fails a task whose trigger fires before it has seen the worker
+    exit from defer(): an already-ended job's event is held until ``resume_settle`` has passed."""
+
+    def seconds_to_event(deferred_at: float) -> float:
+        trigger = TrainingJobTrigger(
+            conn_id="tensorone_local", job_id=cancelled_outside, deferred_at=deferred_at, resume_settle=2
+        )
+        started = time.monotonic()
+        event = asyncio.run(first_event(trigger))
+        assert event.payload["job"]["state"] == "cancelled"
+        return time.monotonic() - started
+
+    assert 1.5 <= seconds_to_event(time.time()) < 4
+    assert seconds_to_event(time.time() - 60) < 1.5  # a trigger resumed long after (a restart)
 
 
 def test_cancel_on_kill_off_is_honoured_at_a_deferred_execution_timeout(control):

@@ -288,7 +288,7 @@ def k6_defer_timeout(stack, platform, flavor: Flavor) -> Outcome:
         dag,
         run_id,
         expect_cancel=True,
-        log=stack.task_log(dag, run_id, "train", 1),
+        log=stack.task_log(dag, run_id, "train", 1, wait_for=("Trigger timeout", "TaskDeferralTimeout")),
     )
 
 
@@ -414,7 +414,9 @@ def k13b_worker_crash_adopt(stack, platform, flavor: Flavor) -> Outcome:
         run_id,
         expect_cancel=False,
         try_number=ti["try_number"],
-        log=stack.task_log(dag, run_id, "train", ti["try_number"]),
+        log=stack.task_log(
+            dag, run_id, "train", ti["try_number"], wait_for=("already succeeded: adopting it",)
+        ),
     )
 
 
@@ -451,7 +453,7 @@ def k15_outage_beyond_budget(stack, platform, flavor: Flavor) -> Outcome:
     rule_id = platform.add_fault(**flavor.poll_rule(job["job_id"]), status=503, count=-1)["id"]
     try:
         stack.wait_ti(dag, run_id, "train", {"up_for_retry", "failed"}, timeout=90)
-        log1 = stack.task_log(dag, run_id, "train", 1)
+        log1 = stack.task_log(dag, run_id, "train", 1, wait_for=("Lost contact with the platform",))
         during = platform.job(job["job_id"])
     finally:
         platform.clear_faults(rule_id=rule_id)
@@ -469,6 +471,9 @@ def k15_outage_beyond_budget(stack, platform, flavor: Flavor) -> Outcome:
     )
 
 
+OUTSIDE_CANCEL = "was cancelled outside Airflow"  # how the task fails for a job cancelled by others
+
+
 def k16_cancelled_outside(stack, platform, flavor: Flavor) -> Outcome:
     dag = flavor.dag("kp_deferred")
     run_id, job = _start_deferred(stack, platform, dag)
@@ -481,7 +486,7 @@ def k16_cancelled_outside(stack, platform, flavor: Flavor) -> Outcome:
         dag,
         run_id,
         expect_cancel=True,
-        log=stack.task_log(dag, run_id, "train", ti["try_number"]),
+        log=stack.task_log(dag, run_id, "train", ti["try_number"], wait_for=(OUTSIDE_CANCEL,)),
     )
     outcome.notes["outside_cancels"] = len(outcome.cancels)  # the one cancel is the console's, not Airflow's
     return outcome
@@ -500,7 +505,7 @@ def k19_platform_auto_cancel(stack, platform, flavor: Flavor) -> Outcome:
         dag,
         run_id,
         expect_cancel=False,
-        log=stack.task_log(dag, run_id, "train", ti["try_number"]),
+        log=stack.task_log(dag, run_id, "train", ti["try_number"], wait_for=(OUTSIDE_CANCEL,)),
     )
 
 
@@ -612,7 +617,9 @@ def k17_already_failed(stack, platform, flavors: list[Flavor]) -> dict[str, Outc
             dag,
             run,
             expect_cancel=False,
-            log=stack.task_log(dag, run, "train", tis[n]["try_number"]),
+            log=stack.task_log(
+                dag, run, "train", tis[n]["try_number"], wait_for=("learning_rate", "CUDA error")
+            ),
         )
         for n, (dag, run) in runs.items()
     }
