@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test fast lint clean postgres
+.PHONY: demo test fast lint clean postgres browser ui
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -20,9 +20,18 @@ postgres:
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null)
 
-test: $(STAMP) postgres
+# The UI test drives Debian's headless Chromium (Playwright from PyPI never downloads a browser here).
+browser:
+	@command -v chromium-headless-shell >/dev/null 2>&1 || command -v chromium >/dev/null 2>&1 || \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium-headless-shell >/dev/null)
+
+test: $(STAMP) postgres browser
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15
+
+# The local platform and Airflow with the example DAGs, for a look at the UI; Ctrl-C stops it all.
+ui: $(STAMP) postgres
+	$(BIN)/python -m airflow_training_provider.testing.devstack --workdir .ui --dags-folder example_dags
 
 # The fast tier: pure logic and in-process runs against the local platform (under a minute).
 fast: $(STAMP)
@@ -33,4 +42,4 @@ lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 
 clean:
-	rm -rf $(VENV) .demo
+	rm -rf $(VENV) .demo .ui test-artifacts

@@ -20,6 +20,10 @@ _MODULES = {
 each is listed under every platform's integration."""
 
 
+PLUGIN_CLASS = "airflow_training_provider.ui.plugin.TrainingJobViewPlugin"
+"""The "Training job" task-instance view (also loaded through the ``airflow.plugins`` entry point)."""
+
+
 def get_provider_info() -> dict[str, Any]:
     """Connection types, hooks, operators, sensors and triggers this package adds to Airflow."""
     platforms = list(PLATFORMS.values())
@@ -37,6 +41,8 @@ def get_provider_info() -> dict[str, Any]:
             kind: [{"integration-name": p.display_name, "python-modules": modules} for p in platforms]
             for kind, modules in _MODULES.items()
         },
+        "extra-links": ["airflow_training_provider.links.TrainingJobConsoleLink"],
+        "plugins": [{"name": "training_job_view", "plugin-class": PLUGIN_CLASS}],
         "connection-types": [
             entry
             for p in platforms

@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any, TypeVar
 
@@ -41,6 +42,7 @@ from airflow_training_provider.lifecycle.waiting import (
     parse_outcome,
     wait_for_job,
 )
+from airflow_training_provider.links import JOB_REF_XCOM_KEY, JobReference, TrainingJobConsoleLink
 from airflow_training_provider.models import CancelResult, JobState, TrainingJob, complete_cancel_result
 from airflow_training_provider.progress import JobReport, describe
 from airflow_training_provider.task_instance_lookup import (
@@ -155,10 +157,32 @@ class TrainingJobTaskMixin:
     def hook(self) -> TrainingPlatformHook:
         return TrainingPlatformHook(self.conn_id)
 
+    # -- publishing --------------------------------------------------------------------------------
+    def publish_job(self, context: Any, job: TrainingJob) -> None:
+        """Publish ``job`` for people: the job reference (XCom ``training_job``, which the UI's
+        "Training job" view reads) and the console link (its extra link's XCom), right after submit
+        and again when the task ends, so both work while the task is deferred."""
+        ti = context.get("ti") if context else None
+        if ti is None:
+            return
+        ref = JobReference(
+            conn_id=self.conn_id,
+            platform=job.platform,
+            job_id=job.id,
+            console_url=job.console_url,
+            job=job,
+            seen_at=datetime.now(UTC),
+        )
+        ti.xcom_push(key=JOB_REF_XCOM_KEY, value=ref.model_dump(mode="json"))
+        if job.console_url:
+            ti.xcom_push(key=TrainingJobConsoleLink().xcom_key, value=job.console_url)
+
     # -- ending ------------------------------------------------------------------------------------
     def conclude(self, outcome: WaitOutcome, context: Any) -> dict[str, Any]:
         """End the task from a wait's outcome: the final job on success, else raise why."""
         self.job_id = outcome.job_id
+        if (job := getattr(outcome, "job", None)) is not None:
+            self.publish_job(context, job)
         if isinstance(outcome, JobFinished):
             return job_outcome(outcome.job)
         if isinstance(outcome, DeadlineReached) and outcome.kind == "sensor_timeout":
@@ -175,11 +199,12 @@ class TrainingJobTaskMixin:
             raise LostContactWithPlatform(outcome.message)
         raise AirflowException(outcome.message)
 
-    def finish_if_ended(self, job: TrainingJob) -> dict[str, Any] | None:
+    def finish_if_ended(self, job: TrainingJob, context: Any = None) -> dict[str, Any] | None:
         """One status check before waiting: a job that already ended ends the task now (no deferral)."""
         if not job.is_terminal:
             return None
         job = self.hook.final_view(job)
+        self.publish_job(context, job)
         self.log.info("Training job %s", describe(job))  # type: ignore[attr-defined]
         return job_outcome(job)
 

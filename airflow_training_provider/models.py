@@ -88,9 +88,10 @@ class Cost(_Model):
 class MetricPoint(_Model):
     """One row of a job's metric history: the metrics a platform recorded at one global step.
 
-    ``kind`` is ``"train"`` (training loss and learning rate) or ``"eval"`` (an evaluation on the
-    validation set); ``values`` uses the provider's metric names (``loss``, ``learning_rate``,
-    ``validation_loss``, ``validation_accuracy``...).
+    ``kind`` is ``"train"`` (training loss and learning rate), ``"eval"`` (an evaluation on the
+    validation set) or ``"epoch"`` (both, at the end of an epoch: read from the metrics saved with
+    that epoch's checkpoint); ``values`` uses the provider's metric names (``loss``, ``accuracy``,
+    ``learning_rate``, ``validation_loss``, ``validation_accuracy``...).
     """
 
     step: int
@@ -123,9 +124,12 @@ class TrainingJob(_Model):
     :ivar tags: identity tags the job carries (``airflow-*`` tags set by this provider).
     :ivar artifacts: where the job's outputs are, by kind (``model``, ``checkpoints``: URIs).
     :ivar events: platform events embedded in the job object (platforms whose events come that way).
-    :ivar metric_history: per-step metrics, oldest first, on a finished job of a platform with a
-        metrics endpoint (Together); the platform samples the training rows down to at most
-        ``METRIC_HISTORY_POINTS`` and keeps every evaluation row.
+    :ivar metric_history: metrics over time, oldest first, on a finished job (and in a
+        :meth:`~airflow_training_provider.lifecycle.operations.JobOperations.snapshot`): from the
+        platform's metrics endpoint (Together: training rows sampled down to at most
+        ``METRIC_HISTORY_POINTS``, every evaluation row), else one ``"epoch"`` point per
+        checkpointed epoch from the checkpoints' metrics (TensorOne); empty where the platform
+        keeps neither (SageMaker: final metrics only).
     """
 
     id: str

@@ -44,7 +44,7 @@ with DAG(
         task_id="train",
         conn_id=CONN_ID,
         spec={
-            "TrainingJobName": "digits-{{ ds_nodash }}",
+            "TrainingJobName": "digits-{{ dag_run.run_after.strftime('%Y%m%d') }}",
             "RoleArn": "arn:aws:iam::123456789012:role/SageMakerTraining",
             "AlgorithmSpecification": {"TrainingImage": "local/digits-mlp:1", "TrainingInputMode": "File"},
             "InputDataConfig": [
@@ -58,7 +58,9 @@ with DAG(
             "OutputDataConfig": {"S3OutputPath": f"{BUCKET}/models"},
             "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 30},
             "StoppingCondition": {"MaxRuntimeInSeconds": 3600},
-            "CheckpointConfig": {"S3Uri": f"{BUCKET}/checkpoints/digits-{{{{ ds_nodash }}}}"},
+            "CheckpointConfig": {
+                "S3Uri": f"{BUCKET}/checkpoints/digits-{{{{ dag_run.run_after.strftime('%Y%m%d') }}}}"
+            },
             "HyperParameters": {
                 "epochs": "{{ params.epochs }}",
                 "batch_size": "32",

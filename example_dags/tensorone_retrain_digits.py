@@ -40,7 +40,7 @@ with DAG(
         task_id="train",
         conn_id=CONN_ID,
         spec={
-            "name": "digits-retrain-{{ ds_nodash }}",
+            "name": "digits-retrain-{{ dag_run.run_after.strftime('%Y%m%d') }}",
             "modelType": "custom",
             "datasetId": "digits",
             "config": {

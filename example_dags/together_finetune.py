@@ -43,7 +43,7 @@ with DAG(
             "n_checkpoints": 3,
             "learning_rate": 0.001,
             "batch_size": 32,
-            "suffix": "digits-{{ ds_nodash }}",
+            "suffix": "digits-{{ dag_run.run_after.strftime('%Y%m%d') }}",
             "wandb_key": "{{ params.wandb_key }}",
             "x_local": {"seconds_per_epoch": 0.5},
         },

@@ -52,6 +52,11 @@ class JobApi:
         """A terminal job completed with its checkpoints and the failure reason from its events."""
         return self.drive(self.ops.final_view(job, events))
 
+    def snapshot(self, job_id: str, budget: float | None = None):
+        """Job ``job_id`` now with its checkpoints, metric history and events (:class:`TrainingJob`),
+        running or not — what the UI's "Training job" view shows. Up to four calls."""
+        return self.drive(self.ops.snapshot(job_id, budget))
+
     def list_jobs(self, tags: list[str]):
         """Jobs carrying every one of ``tags`` (platforms with ``capabilities.list_jobs``)."""
         return self.drive(self.ops.list_jobs(tags))

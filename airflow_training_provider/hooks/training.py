@@ -18,7 +18,7 @@ import requests
 from airflow.providers.http.hooks.http import HttpHook
 from tenacity import Retrying
 
-from airflow_training_provider.errors import PlatformAuthError, TransientPlatformError
+from airflow_training_provider.errors import PlatformAuthError, TrainingPlatformError, TransientPlatformError
 from airflow_training_provider.hooks.connection import PlatformConnection
 from airflow_training_provider.hooks.job_api import JobApi
 from airflow_training_provider.hooks.transport import RetryPolicy, decode_response, prepare_request
@@ -77,6 +77,26 @@ class TrainingPlatformHook(JobApi, HttpHook):
         if self._session is None:
             self._session = self.get_conn()
         return self._session
+
+    def test_connection(self) -> tuple[bool, str]:
+        """Airflow's connection Test button (needs ``[core] test_connection = Enabled``): one cheap
+        authenticated call, with one attempt and a 10 s timeout.
+
+        :returns: ``(True, what was reached)`` or ``(False, the platform's own error)`` — a refused
+            key reads "authentication failed: …" and names what to check.
+        """
+        probe = TrainingPlatformHook(self.conn_id, RetryPolicy(call_timeout=10.0, max_attempts=1))
+        try:
+            probe.drive(probe.ops.probe())
+        except PlatformAuthError as exc:
+            return False, f"authentication failed: {exc}"
+        except TransientPlatformError as exc:
+            conn = probe.platform_connection
+            return False, f"{conn.platform.display_name} at {conn.base_url} could not be reached: {exc}"
+        except (TrainingPlatformError, ValueError) as exc:  # ValueError: a connection field is missing
+            return False, str(exc)
+        conn = probe.platform_connection
+        return True, f"{conn.platform.display_name} at {conn.base_url} accepted the credentials"
 
     # -- the driver --------------------------------------------------------------------------------
     def drive(

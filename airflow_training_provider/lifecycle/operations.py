@@ -181,9 +181,22 @@ class JobOperations:
                 log.warning("Metric history of job %s not read: %s", job.id, exc)
             else:
                 job = with_metric_history(job, history)
+        elif not job.metric_history:  # no metrics endpoint: the metrics saved with each checkpoint
+            job = with_metric_history(job, history_from_checkpoints(job.checkpoints))
         if events is None and caps.events:
             events = yield from self.list_events(job.id, budget)
         return explain_failure(job, events or [], self.dialect)
+
+    def snapshot(self, job_id: str, budget: float | None = None) -> Operation[TrainingJob]:
+        """Job ``job_id`` now, as complete as the platform tells, running or not: what a person
+        watching it wants (the job, its checkpoints, metric history and events; the failure reason
+        once it failed). Costs up to four calls."""
+        job = yield from self.get_job(job_id, budget)
+        events: list[JobEvent] = []
+        if self.dialect.capabilities.events:
+            events = job.events or (yield from self.list_events(job_id, budget))
+        job = yield from self.final_view(job, events, budget)
+        return job.model_copy(update={"events": events})
 
     def list_jobs(self, tags: list[str]) -> Operation[list[TrainingJob]]:
         """Jobs carrying every one of ``tags`` (platforms with ``capabilities.list_jobs``).
@@ -191,6 +204,11 @@ class JobOperations:
         Filtered here too: a platform may ignore the tag filter of its list call."""
         jobs = self.dialect.parse_list((yield from self._call(self.dialect.list_request(tags))))
         return [self._linked(j) for j in jobs if set(tags) <= set(j.tags)]
+
+    def probe(self) -> Operation[None]:
+        """One cheap authenticated call (:meth:`Dialect.probe_request`): proves the platform is
+        reachable and accepts the credentials. :raises TrainingPlatformError: it does not."""
+        yield from self._call(self.dialect.probe_request())
 
     def cancel_job(self, job_id: str, cancel: CancelRequest) -> Operation[CancelResult]:
         """Ask the platform to cancel. A job that already ended, or is already stopping, is reported
@@ -277,6 +295,18 @@ def with_metric_history(job: TrainingJob, history: list[MetricPoint]) -> Trainin
     for point in history:
         latest.update(point.values)
     return job.model_copy(update={"metric_history": history, "metrics": {**latest, **job.metrics}})
+
+
+def history_from_checkpoints(checkpoints: list[Checkpoint]) -> list[MetricPoint]:
+    """A per-epoch metric history from the metrics saved with each checkpoint (kind ``"epoch"``: the
+    training and validation metrics at the end of that epoch), for platforms without a metrics
+    endpoint. One point per epoch, the latest checkpoint of it; checkpoints without metrics or epoch
+    are skipped."""
+    by_epoch: dict[int, MetricPoint] = {}
+    for c in checkpoints:
+        if c.metrics and c.epoch is not None:
+            by_epoch[c.epoch] = MetricPoint(step=c.step or 0, kind="epoch", epoch=c.epoch, values=c.metrics)
+    return [by_epoch[epoch] for epoch in sorted(by_epoch)]
 
 
 def is_terminal(job: TrainingJob) -> bool:

@@ -32,6 +32,7 @@ from airflow_training_provider.job_task import (
     parameters,
 )
 from airflow_training_provider.lifecycle.operations import is_stopping_or_terminal, is_terminal
+from airflow_training_provider.links import TrainingJobConsoleLink
 from airflow_training_provider.models import Checkpoint, JobState, TrainingJob
 from airflow_training_provider.task_instance_lookup import JOB_ID_XCOM_KEY
 
@@ -87,6 +88,7 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
     """
 
     template_fields: Sequence[str] = ("spec", "conn_id")
+    operator_extra_links = (TrainingJobConsoleLink(),)
     template_fields_renderers = {"spec": "json"}
     ui_color = "#fde2c8"
 
@@ -155,7 +157,7 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
             if not self.wait_for_completion:
                 return job.model_dump(mode="json")
             job = hook.get_job(job.id, budget=self.polling.outage_budget)
-            ended = self.finish_if_ended(job)
+            ended = self.finish_if_ended(job, context)
             if ended is not None:
                 return ended
             if self.deferrable:
@@ -168,6 +170,7 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
         ti = context["ti"]
         ti.xcom_push(key=JOB_ID_XCOM_KEY, value=job.id)
         ti.xcom_push(key="console_url", value=job.console_url)
+        self.publish_job(context, job)
         store = context.get("task_state_store")
         if store is not None:
             store.set(

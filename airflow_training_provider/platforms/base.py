@@ -263,6 +263,10 @@ class Dialect(ABC):
     def list_request(self, tags: list[str]) -> ApiRequest:
         raise NotImplementedError(f"{self.name} cannot list jobs")
 
+    def probe_request(self) -> ApiRequest:
+        """The cheapest authenticated call (a connection's Test button): by default the job list."""
+        return self.list_request([])
+
     def events_request(self, job_id: str) -> ApiRequest | None:
         return None
 

@@ -303,6 +303,10 @@ class TensorOneDialect(Dialect):
     def list_request(self, tags: list[str]) -> ApiRequest:
         return ApiRequest("GET", "/v2/training/jobs", params=[("tag", t) for t in tags] + [("limit", 100)])
 
+    def probe_request(self) -> ApiRequest:
+        """``GET /v2/training/jobs?limit=1`` (List training jobs): one row at most."""
+        return ApiRequest("GET", "/v2/training/jobs", params=[("limit", 1)])
+
     def console_url(self, base_url: str, job_id: str) -> str:
         return f"{base_url.rstrip('/')}/v2/training/jobs/{job_id}"
 

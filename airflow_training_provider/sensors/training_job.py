@@ -20,6 +20,7 @@ from airflow_training_provider.job_task import (
     TrainingJobTaskMixin,
     job_outcome,
 )
+from airflow_training_provider.links import TrainingJobConsoleLink
 from airflow_training_provider.progress import JobReport
 
 #: what ``soft_fail`` turns into a skip: the sensor's own timeouts, as in poke mode.
@@ -49,6 +50,7 @@ class TrainingJobSensor(TrainingJobTaskMixin, BaseSensorOperator):
     """
 
     template_fields: Sequence[str] = ("job_id", "conn_id")
+    operator_extra_links = (TrainingJobConsoleLink(),)
 
     def __init__(
         self,
@@ -83,7 +85,8 @@ class TrainingJobSensor(TrainingJobTaskMixin, BaseSensorOperator):
         if not self.deferrable:
             return super().execute(context)
         job = self.hook.get_job(self.job_id, budget=self.polling.outage_budget)
-        ended = self.finish_if_ended(job)
+        self.publish_job(context, job)
+        ended = self.finish_if_ended(job, context)
         if ended is not None:
             return ended
         # the sensor's own timeout applies deferred as in poke mode; the earlier deadline wins
@@ -106,8 +109,12 @@ class TrainingJobSensor(TrainingJobTaskMixin, BaseSensorOperator):
 
     def poke(self, context: Any) -> PokeReturnValue:
         job = self.hook.get_job(self.job_id, budget=self.polling.outage_budget)
-        self._report = self._report or JobReport(self.log)
+        if self._report is None:  # the first poke of this try
+            self._report = JobReport(self.log)
+            self.publish_job(context, job)
         self._report.progress(job)
         if not job.is_terminal:
             return PokeReturnValue(is_done=False)
-        return PokeReturnValue(is_done=True, xcom_value=job_outcome(self.hook.final_view(job)))
+        job = self.hook.final_view(job)
+        self.publish_job(context, job)
+        return PokeReturnValue(is_done=True, xcom_value=job_outcome(job))

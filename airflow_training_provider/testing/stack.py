@@ -60,6 +60,15 @@ class AirflowStack:
     sql_alchemy_conn: str | None = None
     port: int = field(default_factory=free_port)
     components: dict[str, Component] = field(default_factory=dict)
+    login: tuple[str, str] | None = None
+    """``(user, password)``: the API and UI ask for a login (simple auth manager, an admin user);
+    ``None``: everyone is an admin and the REST helpers send no token."""
+    _token: str | None = None
+
+    @property
+    def url(self) -> str:
+        """The UI's address."""
+        return f"http://127.0.0.1:{self.port}"
 
     @property
     def api(self) -> str:
@@ -77,7 +86,8 @@ class AirflowStack:
             "AIRFLOW__CORE__PARALLELISM": "16",
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
             "AIRFLOW__CORE__FERNET_KEY": "wZiJ8o1Lz0hMgFmzDXr5pRQb9hq0dM8vE8Yh6l6m7yU=",
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+            **self._auth_env(),
+            "AIRFLOW__CORE__TEST_CONNECTION": "Enabled",
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{self.port}/execution/",
             "AIRFLOW__API_AUTH__JWT_SECRET": "kill-path-tests-jwt-secret-0123456789abcdef",
             "AIRFLOW__API__PORT": str(self.port),
@@ -97,6 +107,33 @@ class AirflowStack:
             "PYTHONUNBUFFERED": "1",
             **self.extra_env,
         }
+
+    def _auth_env(self) -> dict[str, str]:
+        if self.login is None:
+            return {"AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True"}
+        user, password = self.login
+        passwords = self.home / "simple_auth_manager_passwords.json"
+        if not passwords.exists():
+            self.home.mkdir(parents=True, exist_ok=True)
+            passwords.write_text(json.dumps({user: password}))
+        return {
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{user}:admin",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+        }
+
+    def token(self) -> str | None:
+        """A JWT for the REST helpers (``None`` without a login): ``POST /auth/token``."""
+        if self.login is None:
+            return None
+        if self._token is None:
+            user, password = self.login
+            response = requests.post(
+                f"{self.url}/auth/token", json={"username": user, "password": password}, timeout=30
+            )
+            response.raise_for_status()
+            self._token = response.json()["access_token"]
+        return self._token
 
     # -- processes -----------------------------------------------------------------------------
     def migrate(self) -> None:
@@ -119,8 +156,9 @@ class AirflowStack:
         self.components[name] = component
         return component
 
-    def start(self, triggerers: int = 1, timeout: float = 180.0) -> None:
-        self.migrate()
+    def start(self, triggerers: int = 1, timeout: float = 180.0, migrate: bool = True) -> None:
+        if migrate:
+            self.migrate()
         self.start_component("api-server", "api-server", "--port", str(self.port), "--host", "127.0.0.1")
         self.start_component("scheduler", "scheduler")
         self.start_component("dag-processor", "dag-processor")
@@ -166,6 +204,8 @@ class AirflowStack:
 
     # -- REST ----------------------------------------------------------------------------------
     def call(self, method: str, path: str, **kwargs: Any) -> Any:
+        if (token := self.token()) is not None:
+            kwargs["headers"] = {"Authorization": f"Bearer {token}", **kwargs.get("headers", {})}
         response = requests.request(method, f"{self.api}{path}", timeout=30, **kwargs)
         if response.status_code >= 400:
             raise AssertionError(f"{method} {path} → {response.status_code}: {response.text[:500]}")

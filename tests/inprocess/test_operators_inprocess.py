@@ -91,6 +91,22 @@ def test_submit_and_wait_succeeds_the_same_way_deferred_or_on_the_worker(
     assert result["checkpoints"] and all(c["path"] for c in result["checkpoints"])
     assert job["checkpoints"] and all(Path(c["path"]).is_file() for c in job["checkpoints"])
     assert ctx["task_state_store"].get("training_job")["job_id"] == job["job_id"]
+    # published for people: the job reference (the UI view) and the console link, final job included
+    ref = ctx["ti"].xcoms["training_job"]
+    assert (
+        ref["job_id"] == job["job_id"]
+        and ref["conn_id"] == op.conn_id
+        and ref["platform"] == result["platform"]
+    )
+    assert ref["job"]["state"] == "succeeded" and ref["job"]["metric_history"] == result["metric_history"]
+    if result["console_url"]:
+        assert ctx["ti"].xcoms["_link_TrainingJobConsoleLink"] == result["console_url"] == ref["console_url"]
+    if conn == "tensorone":  # no metrics endpoint: one point per epoch from the checkpoints' metrics
+        epochs = [p["epoch"] for p in result["metric_history"]]
+        assert epochs == [1, 2] and {p["kind"] for p in result["metric_history"]} == {"epoch"}
+        last = result["metric_history"][-1]["values"]
+        assert last["validation_accuracy"] == pytest.approx(job["metrics"]["val_accuracy"])
+        assert set(last) >= {"loss", "accuracy", "validation_loss", "validation_accuracy"}
     if conn == "together":  # every platform event in the task log, once, in order
         captured = capfd.readouterr()
         logged = re.findall(r"Platform event \S+ \[(\w+)\] (.*?) \[", captured.out + captured.err)

@@ -1,0 +1,1 @@
+"""The Airflow UI side: a "Training job" tab on every task instance (an Airflow plugin)."""

@@ -1,0 +1,157 @@
+"""The "Training job" view's FastAPI sub-application, mounted by the API server at ``/training-job``.
+
+Routes (every one but ``/static`` guarded by Airflow's own auth: a bearer JWT or the UI's
+``_token`` cookie, and read access to the DAG's task instances):
+
+* ``GET /view?dag_id=&run_id=&task_id=&map_index=`` — the page (shown in the task instance's tab);
+* ``GET /data?…`` — its data, :class:`~airflow_training_provider.ui.view.TrainingJobView` as JSON;
+* ``/static/…`` — the page's script and style, and uPlot (vendored, MIT).
+
+The data comes from the metadata database (the task instance, its ``training_job`` XCom) and, while
+the job may still change, from the platform through the task's own connection (a short timeout, a
+few seconds of caching; when the platform does not answer, the last state the task saw is shown).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Query
+from fastapi.responses import HTMLResponse
+from fastapi.staticfiles import StaticFiles
+
+from airflow_training_provider.links import JOB_REF_XCOM_KEY, JobReference, TrainingJobConsoleLink
+from airflow_training_provider.models import TrainingJob
+from airflow_training_provider.ui.view import TrainingJobView, build_view
+
+STATIC = Path(__file__).parent / "static"
+#: seconds one platform answer is reused (several open tabs, quick refreshes).
+PLATFORM_CACHE_SECONDS = 3.0
+#: seconds allowed for one platform call from the API server (the page falls back to XCom after).
+PLATFORM_CALL_TIMEOUT = 4.0
+
+_cache: dict[tuple[str, str], tuple[float, TrainingJob | None, str | None]] = {}
+_cache_lock = threading.Lock()
+
+
+def map_index_param(map_index: Annotated[str, Query()] = "-1") -> int:
+    """``map_index`` as an int; Airflow leaves ``{MAP_INDEX}`` literal on an unmapped task: -1."""
+    try:
+        return int(map_index)
+    except ValueError:
+        return -1
+
+
+def _guard() -> Any:
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
+    from airflow.api_fastapi.core_api.security import requires_access_dag
+
+    return Depends(requires_access_dag("GET", DagAccessEntity.TASK_INSTANCE))
+
+
+def read_task_instance(
+    dag_id: str, run_id: str, task_id: str, map_index: int
+) -> tuple[str | None, bool, Any]:
+    """``(state, is a training task, the JobReference XCom value)`` from the metadata database."""
+    from airflow.models.dagbag import DBDagBag
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session(scoped=False) as session:
+        ti = session.execute(
+            select(TaskInstance.state, TaskInstance.dag_version_id).where(
+                TaskInstance.dag_id == dag_id,
+                TaskInstance.run_id == run_id,
+                TaskInstance.task_id == task_id,
+                TaskInstance.map_index == map_index,
+            )
+        ).first()
+        state = str(ti.state.value if hasattr(ti.state, "value") else ti.state) if ti and ti.state else None
+        is_training = False
+        if ti is not None and ti.dag_version_id is not None:
+            dag = DBDagBag().get_dag(ti.dag_version_id, session)
+            task = dag.task_dict.get(task_id) if dag is not None else None
+            is_training = task is not None and TrainingJobConsoleLink.name in (task.extra_links or [])
+        row = session.scalars(
+            XComModel.get_many(
+                run_id=run_id,
+                key=JOB_REF_XCOM_KEY,
+                dag_ids=dag_id,
+                task_ids=task_id,
+                map_indexes=map_index,
+                limit=1,
+            )
+        ).first()
+        value = XComModel.deserialize_value(row) if row is not None else None
+    return state, is_training, value
+
+
+def ask_platform(ref: JobReference) -> tuple[TrainingJob | None, str | None]:
+    """The job now from its platform (:meth:`JobApi.snapshot`), or ``(None, why not)``; cached."""
+    from airflow_training_provider.hooks.training import TrainingPlatformHook
+    from airflow_training_provider.hooks.transport import RetryPolicy
+
+    key = (ref.conn_id, ref.job_id)
+    with _cache_lock:
+        hit = _cache.get(key)
+        if hit is not None and time.monotonic() - hit[0] < PLATFORM_CACHE_SECONDS:
+            return hit[1], hit[2]
+    job: TrainingJob | None = None
+    error: str | None = None
+    try:
+        hook = TrainingPlatformHook(
+            ref.conn_id, RetryPolicy(call_timeout=PLATFORM_CALL_TIMEOUT, max_attempts=1)
+        )
+        job = hook.snapshot(ref.job_id)
+    except Exception as exc:  # noqa: BLE001 - any failure means "show the last known state"
+        error = f"{type(exc).__name__}: {exc}"[:300]
+    with _cache_lock:
+        _cache[key] = (time.monotonic(), job, error)
+    return job, error
+
+
+def training_job_view(dag_id: str, run_id: str, task_id: str, map_index: int) -> TrainingJobView:
+    """Gather the inputs of :func:`build_view` for one task instance and build it."""
+    run_id = run_id.replace(" ", "+")  # a '+' that arrived unencoded
+    state, is_training, value = read_task_instance(dag_id, run_id, task_id, map_index)
+    ref = JobReference.model_validate(value) if isinstance(value, dict) else None
+    platform_job = platform_error = None
+    if ref is not None and (ref.job is None or not ref.job.is_terminal):
+        platform_job, platform_error = ask_platform(ref)
+    return build_view(
+        dag_id=dag_id,
+        run_id=run_id,
+        task_id=task_id,
+        map_index=map_index,
+        ti_state=state,
+        is_training_task=is_training or ref is not None,
+        ref=ref,
+        platform_job=platform_job,
+        platform_error=platform_error,
+        now=datetime.now(UTC),
+    )
+
+
+def create_app() -> FastAPI:
+    """The sub-application the plugin registers (``fastapi_apps``)."""
+    app = FastAPI(title="Training job view", description=__doc__)
+    guard = _guard()
+
+    @app.get("/view", response_class=HTMLResponse, dependencies=[guard])
+    def page() -> HTMLResponse:
+        return HTMLResponse((STATIC / "view.html").read_text(encoding="utf-8"))
+
+    @app.get("/data", response_model=TrainingJobView, dependencies=[guard])
+    def data(
+        dag_id: str, run_id: str, task_id: str, map_index: Annotated[int, Depends(map_index_param)]
+    ) -> TrainingJobView:
+        return training_job_view(dag_id, run_id, task_id, map_index)
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    return app

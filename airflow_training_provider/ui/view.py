@@ -1,0 +1,189 @@
+"""What the "Training job" view shows for one task instance — pure logic, no Airflow or I/O.
+
+The route (:mod:`airflow_training_provider.ui.app`) gathers the inputs (the task instance's state,
+its :class:`~airflow_training_provider.links.JobReference` from XCom, the platform's answer if it
+was asked) and :func:`build_view` turns them into :class:`TrainingJobView`, the JSON the page draws.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from airflow_training_provider.links import JobReference
+from airflow_training_provider.models import Checkpoint, MetricPoint, TrainingJob
+
+#: Task instance states in which the job may still change: the page refreshes and the platform is asked.
+LIVE_TI_STATES = frozenset({"scheduled", "queued", "running", "deferred", "up_for_retry", "restarting"})
+
+#: The curves drawn, by chart: (series name, metric) pairs; x is the epoch.
+CHARTS: dict[str, tuple[tuple[str, str], ...]] = {
+    "loss": (("training", "loss"), ("validation", "validation_loss")),
+    "accuracy": (("training", "accuracy"), ("validation", "validation_accuracy")),
+}
+
+Point = tuple[float, float]
+
+
+class Curve(BaseModel):
+    """One series of a chart: ``points`` are ``(epoch, value)`` pairs, oldest first."""
+
+    name: str
+    metric: str
+    points: list[Point] = Field(default_factory=list)
+
+
+class TrainingJobView(BaseModel):
+    """The page's data for one task instance (the data route's JSON).
+
+    :ivar kind: ``training`` (a job to show), ``waiting`` (a training task that has not submitted
+        its job in this try yet) or ``not_training`` (the task does not run training jobs).
+    :ivar ti_state: the task instance's state (``None`` before it was scheduled).
+    :ivar live: the job may still change: the page refreshes itself every ``refresh_seconds``.
+    :ivar source: where ``job`` comes from: ``platform`` (asked just now) or ``xcom`` (what the task
+        last published: at submit, or the final job when the task ended).
+    :ivar stale_reason: why the platform was not asked or did not answer (then ``source`` is xcom).
+    :ivar seen_at: when ``job`` was read (UTC).
+    :ivar reason: the failure or cancel reason, when the job failed or was cancelled.
+    :ivar curves: by chart (``loss``, ``accuracy``), the training and validation series per epoch.
+    :ivar final_checkpoint_id: the checkpoint the job ended with (written on cancel or completion).
+    :ivar best_checkpoint_id: the platform's ``best`` checkpoint, else the one with the lowest
+        validation loss (or loss).
+    """
+
+    kind: Literal["training", "waiting", "not_training"]
+    message: str = ""
+    dag_id: str
+    run_id: str
+    task_id: str
+    map_index: int = -1
+    ti_state: str | None = None
+    live: bool = False
+    refresh_seconds: float = 5.0
+    platform: str | None = None
+    conn_id: str | None = None
+    job_id: str | None = None
+    console_url: str | None = None
+    source: Literal["platform", "xcom"] | None = None
+    stale_reason: str | None = None
+    seen_at: datetime | None = None
+    reason: str | None = None
+    job: TrainingJob | None = None
+    curves: dict[str, list[Curve]] = Field(default_factory=dict)
+    final_checkpoint_id: str | None = None
+    best_checkpoint_id: str | None = None
+
+
+def curves(history: list[MetricPoint]) -> dict[str, list[Curve]]:
+    """The charts' series from a job's metric history, with the epoch as x.
+
+    ``epoch`` points (one per epoch) give all four metrics; ``train`` and ``eval`` points (per step,
+    with a fractional epoch) give what they carry. Points without an epoch are left out.
+    """
+    charts: dict[str, list[Curve]] = {}
+    for chart, series in CHARTS.items():
+        charts[chart] = [
+            Curve(
+                name=name,
+                metric=metric,
+                points=[
+                    (float(p.epoch), float(p.values[metric]))
+                    for p in history
+                    if p.epoch is not None and metric in p.values
+                ],
+            )
+            for name, metric in series
+        ]
+    return charts
+
+
+def best_checkpoint(checkpoints: list[Checkpoint]) -> Checkpoint | None:
+    """The platform's ``best`` checkpoint, else the lowest ``validation_loss`` (else ``loss``)."""
+    marked = [c for c in checkpoints if c.kind == "best"]
+    if marked:
+        return marked[-1]
+    for metric in ("validation_loss", "loss"):
+        scored = [c for c in checkpoints if metric in c.metrics]
+        if scored:
+            return min(scored, key=lambda c: c.metrics[metric])
+    return None
+
+
+def build_view(
+    *,
+    dag_id: str,
+    run_id: str,
+    task_id: str,
+    map_index: int,
+    ti_state: str | None,
+    is_training_task: bool,
+    ref: JobReference | None,
+    platform_job: TrainingJob | None = None,
+    platform_error: str | None = None,
+    now: datetime | None = None,
+) -> TrainingJobView:
+    """The view of one task instance.
+
+    :param is_training_task: the task is a training operator or sensor (it carries the console link).
+    :param ref: the job reference the task published in XCom (``None``: none in this try).
+    :param platform_job: the job as the platform told just now, if it was asked and answered.
+    :param platform_error: why asking the platform failed, if it was asked and did not answer.
+    """
+    where = {
+        "dag_id": dag_id,
+        "run_id": run_id,
+        "task_id": task_id,
+        "map_index": map_index,
+        "ti_state": ti_state,
+    }
+    if ref is None:
+        if not is_training_task:
+            return TrainingJobView(
+                kind="not_training",
+                message="Not a training task: this task does not run training jobs.",
+                **where,
+            )
+        live = ti_state is None or ti_state in LIVE_TI_STATES
+        message = (
+            "No training job yet: the task has not submitted one in this try."
+            if live
+            else "No training job: the task ended before it submitted one."
+        )
+        return TrainingJobView(kind="waiting", message=message, live=live, **where)
+    job, source, seen_at = (platform_job, "platform", now) if platform_job else (ref.job, "xcom", ref.seen_at)
+    live = (ti_state in LIVE_TI_STATES) or (job is not None and not job.is_terminal)
+    stale = None
+    if platform_job is None and platform_error:
+        stale = f"The platform did not answer ({platform_error}); showing the last state the task saw."
+    reason = job.message if job is not None and job.state.value in ("failed", "cancelled") else None
+    return TrainingJobView(
+        kind="training",
+        live=live,
+        platform=ref.platform,
+        conn_id=ref.conn_id,
+        job_id=ref.job_id,
+        console_url=(job.console_url if job is not None else None) or ref.console_url,
+        source=source,
+        stale_reason=stale,
+        seen_at=seen_at,
+        reason=reason,
+        job=job,
+        curves=curves(job.metric_history) if job is not None else curves([]),
+        final_checkpoint_id=_final_checkpoint_id(job),
+        best_checkpoint_id=(
+            best.id if job is not None and (best := best_checkpoint(job.checkpoints)) else None
+        ),
+        **where,
+    )
+
+
+def _final_checkpoint_id(job: TrainingJob | None) -> str | None:
+    if job is None or not job.checkpoints:
+        return None
+    if job.is_terminal:
+        final = job.final_checkpoint
+        return final.id if final is not None else None
+    finals = [c for c in job.checkpoints if c.kind == "final"]
+    return finals[-1].id if finals else None

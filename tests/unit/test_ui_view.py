@@ -1,0 +1,106 @@
+"""The "Training job" view's data (pure logic): which kind of page, where the job comes from, curves
+and checkpoint marks."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from airflow_training_provider.links import JobReference
+from airflow_training_provider.models import Checkpoint, JobState, MetricPoint, TrainingJob
+from airflow_training_provider.ui.app import map_index_param
+from airflow_training_provider.ui.view import build_view, curves
+
+WHERE = {"dag_id": "d", "run_id": "r", "task_id": "t", "map_index": -1}
+
+
+def job(state: JobState, **fields) -> TrainingJob:
+    return TrainingJob(id="j1", platform="tensorone", state=state, raw_status=state.value.upper(), **fields)
+
+
+def ref(seen: TrainingJob | None) -> JobReference:
+    return JobReference(
+        conn_id="c", platform="tensorone", job_id="j1", console_url="http://console/j1", job=seen
+    )
+
+
+def test_a_task_without_the_console_link_is_not_a_training_task():
+    view = build_view(**WHERE, ti_state="success", is_training_task=False, ref=None)
+    assert view.kind == "not_training" and "Not a training task" in view.message and not view.live
+
+
+def test_a_training_task_before_submit_waits_and_refreshes():
+    view = build_view(**WHERE, ti_state="running", is_training_task=True, ref=None)
+    assert view.kind == "waiting" and view.live
+    ended = build_view(**WHERE, ti_state="upstream_failed", is_training_task=True, ref=None)
+    assert ended.kind == "waiting" and not ended.live and "ended before" in ended.message
+
+
+def test_the_platform_answer_wins_and_a_missing_one_falls_back_to_xcom_and_says_so():
+    now = datetime(2026, 11, 29, 12, tzinfo=UTC)
+    seen = ref(job(JobState.PENDING))
+    live = build_view(
+        **WHERE,
+        ti_state="deferred",
+        is_training_task=True,
+        ref=seen,
+        platform_job=job(JobState.RUNNING),
+        now=now,
+    )
+    assert live.source == "platform" and live.job.state is JobState.RUNNING and live.live
+    assert live.seen_at == now and live.stale_reason is None and live.console_url == "http://console/j1"
+    down = build_view(
+        **WHERE,
+        ti_state="deferred",
+        is_training_task=True,
+        ref=seen,
+        platform_error="ConnectionError",
+        now=now,
+    )
+    assert down.source == "xcom" and down.job.state is JobState.PENDING and down.live
+    assert "did not answer (ConnectionError)" in down.stale_reason
+
+
+def test_a_finished_job_stops_the_refresh_and_shows_the_reason():
+    failed = job(JobState.FAILED, message="CUDA out of memory")
+    view = build_view(**WHERE, ti_state="failed", is_training_task=True, ref=ref(failed))
+    assert not view.live and view.reason == "CUDA out of memory" and view.source == "xcom"
+
+
+def test_curves_per_epoch_from_epoch_and_step_points():
+    history = [
+        MetricPoint(
+            step=10, kind="epoch", epoch=1, values={"loss": 0.9, "accuracy": 0.5, "validation_loss": 1.0}
+        ),
+        MetricPoint(step=20, kind="epoch", epoch=2, values={"loss": 0.5, "validation_loss": 0.7}),
+        MetricPoint(step=25, kind="train", epoch=2.5, values={"loss": 0.4}),
+        MetricPoint(step=30, kind="eval", epoch=3, values={"validation_accuracy": 0.8}),
+        MetricPoint(step=31, kind="train", values={"loss": 0.1}),  # no epoch: not drawn
+    ]
+    charts = curves(history)
+    loss = {c.name: c.points for c in charts["loss"]}
+    accuracy = {c.name: c.points for c in charts["accuracy"]}
+    assert loss == {"training": [(1.0, 0.9), (2.0, 0.5), (2.5, 0.4)], "validation": [(1.0, 1.0), (2.0, 0.7)]}
+    assert accuracy == {"training": [(1.0, 0.5)], "validation": [(3.0, 0.8)]}
+
+
+def test_checkpoints_final_and_best_are_marked():
+    checkpoints = [
+        Checkpoint(id="e1", epoch=1, metrics={"validation_loss": 0.9}),
+        Checkpoint(id="e2", epoch=2, metrics={"validation_loss": 0.4}),
+        Checkpoint(id="e3", epoch=3, metrics={"validation_loss": 0.6}),
+        Checkpoint(id="fin", epoch=3, kind="final", metrics={"validation_loss": 0.6}),
+    ]
+    view = build_view(
+        **WHERE,
+        ti_state="success",
+        is_training_task=True,
+        ref=ref(job(JobState.CANCELLED, checkpoints=checkpoints)),
+    )
+    assert view.final_checkpoint_id == "fin" and view.best_checkpoint_id == "e2"
+    running = job(JobState.RUNNING, checkpoints=checkpoints[:2])
+    view = build_view(**WHERE, ti_state="running", is_training_task=True, ref=ref(running))
+    assert view.final_checkpoint_id is None and view.best_checkpoint_id == "e2"
+
+
+def test_an_unsubstituted_map_index_is_an_unmapped_task():
+    assert map_index_param("{MAP_INDEX}") == -1 and map_index_param("3") == 3
