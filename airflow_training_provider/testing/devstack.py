@@ -32,7 +32,12 @@ AWS_ACCESS_KEY_ID = "AKIDLOCALUI"
 
 def connections(platform_url: str) -> list[dict[str, Any]]:
     """The connections to the local platform, as ``POST /api/v2/connections`` bodies."""
-    aws_extra = {"region_name": "us-east-1", "endpoint_url": platform_url}
+    # the Test button of an aws connection calls STS at service_config.sts.endpoint_url only
+    aws_extra = {
+        "region_name": "us-east-1",
+        "endpoint_url": platform_url,
+        "service_config": {"sts": {"endpoint_url": platform_url}},
+    }
     return [
         {
             "connection_id": "tensorone_local",
@@ -95,7 +100,13 @@ def dev_stack(
     :raises RuntimeError: a component did not become healthy (its log is in the message).
     """
     workdir.mkdir(parents=True, exist_ok=True)
-    options = {"seconds_per_epoch": 1.0, "gpus": 4, **platform_options}
+    options = {
+        "seconds_per_epoch": 1.0,
+        "gpus": 4,
+        "sagemaker_access_key_id": AWS_ACCESS_KEY_ID,  # SigV4 checked: a wrong secret is refused
+        "sagemaker_secret_access_key": API_KEY,
+        **platform_options,
+    }
     postgres = PostgresServer().start()
     try:
         with LocalPlatformServer(str(workdir / "platform"), api_key=API_KEY, **options) as platform:

@@ -63,6 +63,7 @@ class TrainingJobView(BaseModel):
     live: bool = False
     refresh_seconds: float = 5.0
     platform: str | None = None
+    platform_name: str | None = None
     conn_id: str | None = None
     job_id: str | None = None
     console_url: str | None = None
@@ -97,6 +98,14 @@ def curves(history: list[MetricPoint]) -> dict[str, list[Curve]]:
             for name, metric in series
         ]
     return charts
+
+
+def display_name(platform: str) -> str:
+    """A platform's name for people (``TensorOne``, ``AWS SageMaker``) from its dialect name."""
+    from airflow_training_provider.platforms import PLATFORMS
+
+    names = {p.dialect.name: p.display_name for p in PLATFORMS.values()}
+    return names.get(platform, platform)
 
 
 def best_checkpoint(checkpoints: list[Checkpoint]) -> Checkpoint | None:
@@ -162,6 +171,7 @@ def build_view(
         kind="training",
         live=live,
         platform=ref.platform,
+        platform_name=display_name(ref.platform),
         conn_id=ref.conn_id,
         job_id=ref.job_id,
         console_url=(job.console_url if job is not None else None) or ref.console_url,

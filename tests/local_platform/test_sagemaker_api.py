@@ -163,3 +163,21 @@ def test_signatures_are_checked(platform):
     assert (wrong_secret["Code"], wrong_secret["status"]) == ("InvalidSignatureException", 403)
     wrong_key = error_of(lambda: client("AKIDSOMEONEELSE", API_KEY).list_training_jobs())
     assert (wrong_key["Code"], wrong_key["status"]) == ("UnrecognizedClientException", 403)
+
+
+def test_sts_get_caller_identity_answers_the_aws_connection_test(platform):
+    """The Amazon provider's connection Test button calls STS GetCallerIdentity (query protocol)."""
+
+    def sts(secret: str):
+        return boto3.client(
+            "sts",
+            endpoint_url=platform.url,
+            region_name="us-east-1",
+            aws_access_key_id=AWS_ACCESS_KEY_ID,
+            aws_secret_access_key=secret,
+        )
+
+    identity = sts(API_KEY).get_caller_identity()
+    assert identity["UserId"] == AWS_ACCESS_KEY_ID and identity["Account"] == "123456789012"
+    wrong = error_of(lambda: sts("not-the-secret").get_caller_identity())
+    assert (wrong["Code"], wrong["status"]) == ("InvalidSignatureException", 403)

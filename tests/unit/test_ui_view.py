@@ -47,6 +47,7 @@ def test_the_platform_answer_wins_and_a_missing_one_falls_back_to_xcom_and_says_
         now=now,
     )
     assert live.source == "platform" and live.job.state is JobState.RUNNING and live.live
+    assert live.platform == "tensorone" and live.platform_name == "TensorOne"
     assert live.seen_at == now and live.stale_reason is None and live.console_url == "http://console/j1"
     down = build_view(
         **WHERE,

@@ -682,6 +682,7 @@ def k20_events_across_triggerer_restart(stack, platform, flavors: list[Flavor]) 
     for name, (flavor, dag, run_id, job) in runs.items():
         ti = stack.wait_ti(dag, run_id, "train", {"success", "failed"}, timeout=180)
         served = TrainingPlatformHook(flavor.conn_id).list_events(job["job_id"])
+        last = f"[{served[-1].type}] {served[-1].message}" if served else "Platform event"
         outcomes[name] = _finish(
             stack,
             platform,
@@ -689,7 +690,7 @@ def k20_events_across_triggerer_restart(stack, platform, flavors: list[Flavor]) 
             dag,
             run_id,
             expect_cancel=False,
-            log=stack.task_log(dag, run_id, "train", ti["try_number"]),
+            log=stack.task_log(dag, run_id, "train", ti["try_number"], wait_for=(last,)),
             events=[{"type": e.type, "message": e.message} for e in served],
         )
     return outcomes

@@ -131,7 +131,7 @@
     $("message").hidden = view.kind === "training";
     $("job").hidden = view.kind !== "training";
     if (view.kind !== "training") return;
-    $("platform").textContent = view.platform;
+    $("platform").textContent = view.platform_name || view.platform;
     $("job-id").textContent = view.job_id;
     const link = $("console-link");
     link.hidden = !view.console_url;

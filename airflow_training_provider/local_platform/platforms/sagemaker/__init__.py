@@ -3,15 +3,20 @@
 
 from __future__ import annotations
 
+from html import escape
 from typing import Any
 
 from fastapi import Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 
 from airflow_training_provider.local_platform.errors import ApiError, request_id
 from airflow_training_provider.local_platform.platforms.base import AppContext, LocalPlatform, platform_app
-from airflow_training_provider.local_platform.platforms.sagemaker.routes import CONTENT_TYPE, build_router
+from airflow_training_provider.local_platform.platforms.sagemaker.routes import (
+    CONTENT_TYPE,
+    build_router,
+    is_sts,
+)
 from airflow_training_provider.local_platform.platforms.sagemaker.wire import PLATFORM as NAME
 from airflow_training_provider.local_platform.platforms.sagemaker.wire import TARGET_PREFIX
 
@@ -31,10 +36,18 @@ class SageMakerOptions(BaseModel):
     sagemaker_secret_access_key: str | None = Field(None, description="its secret")
 
 
-def render_error(request: Request, err: ApiError) -> JSONResponse:
-    """awsJson errors: ``{"__type": code, "Message": text}``; client errors are HTTP 400 (403 for auth)."""
+def render_error(request: Request, err: ApiError) -> Response:
+    """awsJson errors: ``{"__type": code, "Message": text}``; client errors are HTTP 400 (403 for auth).
+    STS (query protocol) gets its XML ``ErrorResponse``."""
     code = err.code if err.code and err.code[0].isupper() and "_" not in err.code else _CODES.get(err.status)
     headers = {**err.headers, "x-amzn-RequestId": request_id(request)}
+    if is_sts(request.headers.get("authorization", "")):
+        xml = (
+            f"<ErrorResponse><Error><Type>Sender</Type><Code>{escape(code or 'InvalidAction')}</Code>"
+            f"<Message>{escape(err.message)}</Message></Error>"
+            f"<RequestId>{escape(request_id(request))}</RequestId></ErrorResponse>"
+        )
+        return Response(xml, status_code=err.status, headers=headers, media_type="text/xml")
     return JSONResponse(
         {"__type": code or "ValidationException", "Message": err.message},
         status_code=err.status,
@@ -54,11 +67,15 @@ _CODES = {
 
 
 def serves(scope: dict[str, Any]) -> bool:
-    """An AWS-style ``POST /`` whose ``X-Amz-Target`` names a SageMaker operation."""
+    """An AWS-style ``POST /`` whose ``X-Amz-Target`` names a SageMaker operation, or an STS call."""
     if scope.get("method") != "POST" or scope.get("path") != "/":
         return False
-    target = next((v for k, v in scope.get("headers", []) if k == b"x-amz-target"), b"")
-    return target.decode("latin-1").startswith(TARGET_PREFIX)
+    headers = dict(scope.get("headers", []))
+    target = headers.get(b"x-amz-target", b"").decode("latin-1")
+    # STS GetCallerIdentity (the aws connection's Test button) has no target: its signature says sts
+    return target.startswith(TARGET_PREFIX) or (
+        not target and b"/sts/aws4_request" in headers.get(b"authorization", b"")
+    )
 
 
 def build(context: AppContext):

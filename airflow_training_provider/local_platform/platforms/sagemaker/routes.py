@@ -7,17 +7,21 @@ Operations: ``CreateTrainingJob`` (``ResourceInUse`` for a name that exists), ``
 (``{}``; ``ValidationException`` "... is in status Stopped." for a job that ended),
 ``ListTrainingJobs`` (filters, sort, integer ``NextToken``), ``Search`` (``Resource=TrainingJob``;
 filters on ``TrainingJobName``, ``TrainingJobStatus`` and ``Tags.<key>``), ``AddTags``,
-``ListTags``, ``DeleteTags``.
+``ListTags``, ``DeleteTags``. Also STS ``GetCallerIdentity`` (query protocol, XML), which the Amazon
+provider's connection Test button calls (with ``service_config.sts.endpoint_url`` set to here).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
+from html import escape
 from typing import Any
+from urllib.parse import parse_qs
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 from airflow_training_provider.local_platform.engine import (
     InvalidJobSpec,
@@ -176,10 +180,12 @@ def build_router(
     }
 
     @router.post("/")
-    async def dispatch(request: Request) -> JSONResponse:
+    async def dispatch(request: Request) -> Response:
         raw = await request.body()
         verify(request, raw, key_pair)
         target = request.headers.get("x-amz-target", "")
+        if not target and is_sts(request.headers.get("authorization", "")):
+            return caller_identity(request, raw)
         operation = operations.get(target.removeprefix(wire.TARGET_PREFIX))
         if not target.startswith(wire.TARGET_PREFIX) or operation is None:
             raise ApiError(400, "UnknownOperationException", f"Unknown operation {target}")
@@ -194,6 +200,27 @@ def build_router(
         return JSONResponse(operation(body), media_type=CONTENT_TYPE)
 
     return router
+
+
+def is_sts(authorization: str) -> bool:
+    """A request signed for the ``sts`` service (its SigV4 credential scope says so)."""
+    return "/sts/aws4_request" in authorization
+
+
+def caller_identity(request: Request, raw: bytes) -> Response:
+    """STS ``GetCallerIdentity`` (``Action=GetCallerIdentity``, form-encoded) → its XML answer."""
+    form = parse_qs(raw.decode("utf-8", "replace"))
+    if form.get("Action") != ["GetCallerIdentity"]:
+        raise ApiError(400, "InvalidAction", f"Could not find operation {form.get('Action')} for STS")
+    key = re.search(r"Credential=([^/]+)/", request.headers.get("authorization", ""))
+    user = escape(key.group(1) if key else "local")
+    xml = (
+        '<GetCallerIdentityResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/">'
+        f"<GetCallerIdentityResult><Arn>arn:aws:iam::{wire.ACCOUNT}:user/local</Arn>"
+        f"<UserId>{user}</UserId><Account>{wire.ACCOUNT}</Account></GetCallerIdentityResult>"
+        "<ResponseMetadata><RequestId>local</RequestId></ResponseMetadata></GetCallerIdentityResponse>"
+    )
+    return Response(xml, media_type="text/xml")
 
 
 def _page(items: list[Any], body: dict[str, Any]) -> tuple[list[Any], str | None]:
