@@ -26,13 +26,15 @@ from airflow_training_provider.operators.training_job import SubmitTrainingJobOp
 
 CONN_ID = os.environ.get("TRAINING_CONN_ID", "tensorone_local")
 REGISTRY_DIR = Path(os.environ.get("TRAINING_MODEL_REGISTRY", "/tmp/airflow-training-registry"))
+# How long an epoch takes on the local platform (`make ui` slows it down to watch the curves grow).
+SECONDS_PER_EPOCH = float(os.environ.get("TRAINING_SECONDS_PER_EPOCH", "0.5"))
 
 with DAG(
     dag_id="tensorone_retrain_digits",
     schedule="@weekly",
     start_date=datetime(2026, 1, 1),
     catchup=False,
-    params={"min_val_accuracy": 0.90, "epochs": 10, "seconds_per_epoch": 0.5},
+    params={"min_val_accuracy": 0.90, "epochs": 10, "seconds_per_epoch": SECONDS_PER_EPOCH},
     tags=["training", "tensorone", "example"],
     render_template_as_native_obj=True,  # epochs etc. reach the spec as numbers, not strings
 ):

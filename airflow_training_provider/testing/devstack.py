@@ -135,7 +135,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=Path(".ui"))
     parser.add_argument("--dags-folder", type=Path, default=Path("example_dags"))
     parser.add_argument("--port", type=int, default=8080)
-    parser.add_argument("--seconds-per-epoch", type=float, default=1.0)
+    parser.add_argument(
+        "--seconds-per-epoch",
+        type=float,
+        default=3.0,
+        help="local platform pace; also the example DAG's default",
+    )
     args = parser.parse_args(argv)
     shutil.rmtree(args.workdir, ignore_errors=True)  # a fresh start: the previous run's home and data
     print("Starting the local training platform and Airflow (about a minute) ...", flush=True)
@@ -143,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         args.workdir.resolve(),
         args.dags_folder.resolve(),
         port=args.port,
+        env={"TRAINING_SECONDS_PER_EPOCH": str(args.seconds_per_epoch)},
         seconds_per_epoch=args.seconds_per_epoch,
     ) as (platform, stack):
         user, password = stack.login or ("", "")
