@@ -117,6 +117,7 @@ def dev_stack(
                 extra_env,
                 sql_alchemy_conn=postgres.dsn,
                 login=login,
+                inherit_connections=False,  # the connections imported below, not this process's
                 **({"port": port} if port else {}),
             )
             try:

@@ -64,6 +64,9 @@ class AirflowStack:
     """``(user, password)``: the API and UI ask for a login (simple auth manager, an admin user);
     ``None``: everyone is an admin and the REST helpers send no token."""
     _token: str | None = None
+    inherit_connections: bool = True
+    """``False``: ``AIRFLOW_CONN_*`` variables of this process are not passed on (the stack's own
+    connections, in its database or ``extra_env``, are the only ones)."""
 
     @property
     def url(self) -> str:
@@ -77,8 +80,13 @@ class AirflowStack:
     @property
     def env(self) -> dict[str, str]:
         home = self.home
+        inherited = {
+            k: v
+            for k, v in os.environ.items()
+            if self.inherit_connections or not k.startswith("AIRFLOW_CONN_")
+        }
         return {
-            **os.environ,
+            **inherited,
             "AIRFLOW_HOME": str(home),
             "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags_folder),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
