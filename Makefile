@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test fast lint clean postgres browser ui
+.PHONY: demo test fast lint clean postgres browser ui bench
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,11 @@ test: $(STAMP) postgres browser
 # The local platform and Airflow with the example DAGs, for a look at the UI; Ctrl-C stops it all.
 ui: $(STAMP) postgres
 	$(BIN)/python -m airflow_training_provider.testing.devstack --workdir .ui --dags-folder example_dags
+
+# What a waiting job costs the triggerer: the trigger against baselines at 1,000/5,000/10,000 pollers
+# (not part of `make test`; about 15 minutes).
+bench: $(STAMP)
+	$(BIN)/python scripts/bench_triggers.py --sizes 1000,5000,10000 --interval 1,1,30 --window 20
 
 # The fast tier: pure logic and in-process runs against the local platform (under a minute).
 fast: $(STAMP)

@@ -133,10 +133,19 @@ class TrainingPlatformHook(JobApi, HttpHook):
                 report(step)
 
     def call(self, request: ApiRequest) -> Any:
-        """Send ``request`` with retries; return the decoded JSON body."""
+        """Send ``request``; return the decoded JSON body. Retries (backoff, ``Retry-After``, the
+        outage budget) are built only after a transient failure: the happy call is one send."""
         try:
+            try:
+                return self._send(request)
+            except TransientPlatformError as exc:
+                first: TransientPlatformError | None = exc
+            # tenacity's first attempt re-raises that failure: its rules decide what follows
             for attempt in Retrying(**self.retry_policy.tenacity_kwargs(request)):
                 with attempt:
+                    if first is not None:
+                        error, first = first, None
+                        raise error
                     return self._send(request)
         except PlatformAuthError as exc:
             raise self.platform_connection.explain_auth_error(exc) from None

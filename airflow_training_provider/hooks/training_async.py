@@ -2,16 +2,20 @@
 
 Connection handling comes from :class:`~airflow.providers.http.hooks.http.HttpAsyncHook` (headers
 and options from the connection extras). :meth:`AsyncTrainingPlatformHook.client` resolves the
-connection once and opens ONE ``aiohttp`` session that a trigger keeps for its whole run, not one
-per poll.
+connection once per trigger run. The ``aiohttp`` session is shared by every trigger of the
+triggerer process that talks to the same endpoint with the same credentials and options
+(:func:`shared_session`), and keeps its connections alive longer than a poll interval: a poll
+reuses a connection instead of opening one (a TLS handshake per poll against a real API).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import inspect
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -26,6 +30,47 @@ from airflow_training_provider.hooks.job_api import JobApi
 from airflow_training_provider.hooks.transport import RetryPolicy, decode_response, prepare_request
 from airflow_training_provider.lifecycle.operations import JobOperations, Operation, Sleep, advance
 from airflow_training_provider.platforms.base import ApiRequest
+
+#: seconds an idle connection is kept for the next poll (aiohttp's default, 15 s, is shorter than a
+#: poll interval); a connection the server closed meanwhile is re-opened by aiohttp for a GET.
+KEEPALIVE_SECONDS = 120.0
+
+
+@dataclass
+class _Shared:
+    session: aiohttp.ClientSession
+    users: int = 0
+
+
+_SHARED: dict[tuple[Any, ...], _Shared] = {}
+
+
+@asynccontextmanager
+async def shared_session(key: tuple[Any, ...], make: Callable[[], aiohttp.ClientSession]):
+    """The session for ``key`` in this event loop, made by ``make()`` for its first user and closed
+    when its last user leaves. ``key`` must tell apart everything the session carries (endpoint,
+    credentials, headers, options)."""
+    key = (id(asyncio.get_running_loop()), *key)
+    entry = _SHARED.get(key)
+    if entry is None or entry.session.closed:
+        entry = _SHARED[key] = _Shared(make())
+    entry.users += 1
+    try:
+        yield entry.session
+    finally:
+        entry.users -= 1
+        if entry.users == 0:
+            if _SHARED.get(key) is entry:
+                del _SHARED[key]
+            await entry.session.close()
+
+
+def _credentials_key(connection: PlatformConnection, conn_id: str) -> str:
+    """A digest of the connection's credentials (never the secrets themselves), to key sessions."""
+    c = connection.credentials
+    fields = (c.api_key, c.access_key_id, c.secret_access_key, c.session_token, c.region, c.project)
+    source = f"source:{conn_id}" if c.source is not None else ""
+    return hashlib.sha256(repr((fields, source)).encode()).hexdigest()
 
 
 class AsyncTrainingPlatformHook(HttpAsyncHook):
@@ -62,8 +107,26 @@ class AsyncTrainingPlatformHook(HttpAsyncHook):
             options["proxy"] = config.extra_options["proxy"]
         if config.extra_options.get("verify_ssl") is False:
             options["ssl"] = False
-        async with aiohttp.ClientSession(timeout=timeout, headers=config.headers or None) as session:
-            yield AsyncTrainingPlatformClient(session, self._platform_connection, self.retry_policy, options)
+        headers = dict(config.headers or {})
+        platform = self._platform_connection
+
+        def make() -> aiohttp.ClientSession:
+            return aiohttp.ClientSession(
+                timeout=timeout,
+                headers=headers or None,
+                connector=aiohttp.TCPConnector(keepalive_timeout=KEEPALIVE_SECONDS),
+                cookie_jar=aiohttp.DummyCookieJar(),  # shared: no cookie of one trigger reaches another
+            )
+
+        key = (
+            platform.base_url,
+            _credentials_key(platform, self.conn_id),
+            tuple(sorted(headers.items())),
+            tuple(sorted(options.items())),
+            self.retry_policy.call_timeout,
+        )
+        async with shared_session(key, make) as session:
+            yield AsyncTrainingPlatformClient(session, platform, self.retry_policy, options)
 
 
 class AsyncTrainingPlatformClient(JobApi):
@@ -105,10 +168,20 @@ class AsyncTrainingPlatformClient(JobApi):
                 await outcome
 
     async def call(self, request: ApiRequest) -> Any:
-        """Send ``request`` with retries; return the decoded JSON body."""
+        """Send ``request``; return the decoded JSON body. The happy call is one send: retries
+        (backoff, ``Retry-After``, the outage budget) are built only after a transient failure —
+        building them per call would cost a poll more than the HTTP request does."""
         try:
+            try:
+                return await self._send(request)
+            except TransientPlatformError as exc:
+                first: TransientPlatformError | None = exc
+            # tenacity's first attempt re-raises that failure: its rules decide what follows
             async for attempt in AsyncRetrying(**self.retry_policy.tenacity_kwargs(request)):
                 with attempt:
+                    if first is not None:
+                        error, first = first, None
+                        raise error
                     return await self._send(request)
         except PlatformAuthError as exc:
             raise self.connection.explain_auth_error(exc) from None

@@ -18,6 +18,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any
 from urllib.parse import urlencode
 
@@ -106,6 +107,20 @@ def join_url(
     return url
 
 
+def _url(base_url: str, path: str, params: Mapping[str, Any] | list[tuple[str, Any]] | None) -> str:
+    pairs = tuple(params.items()) if isinstance(params, Mapping) else tuple(params or ())
+    try:
+        return _cached_url(base_url, path, pairs or None)
+    except TypeError:  # an unhashable parameter value
+        return join_url(base_url, path, params)
+
+
+@lru_cache(maxsize=4096)
+def _cached_url(base_url: str, path: str, params: tuple | None) -> str:
+    """:func:`join_url`, remembered: a poll asks for the same URL every time."""
+    return join_url(base_url, path, list(params) if params else None)
+
+
 def _query_value(value: Any) -> str:
     return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
@@ -121,7 +136,7 @@ def prepare_request(
         headers["Content-Type"] = request.content_type
     http = HttpRequest(
         method=request.method,
-        url=join_url(base_url, request.path, request.params),
+        url=_url(base_url, request.path, request.params),
         headers=headers,
         body=body,
         timestamp=datetime.now(UTC),

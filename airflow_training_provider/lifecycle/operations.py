@@ -103,9 +103,9 @@ class JobOperations:
         return (yield request if budget is None else replace(request, budget=budget))
 
     def _linked(self, job: TrainingJob) -> TrainingJob:
-        if job.console_url:
-            return job
-        return job.model_copy(update={"console_url": self.dialect.console_url(self.base_url, job.id)})
+        if not job.console_url:  # the job was just parsed and is ours: set it, no copy (every poll)
+            job.console_url = self.dialect.console_url(self.base_url, job.id)
+        return job
 
     # -- the job API ---------------------------------------------------------------------------
     def create_job(self, spec: dict[str, Any], tags: list[str] | None = None) -> Operation[TrainingJob]:
@@ -247,8 +247,9 @@ class JobOperations:
         :raises TransientPlatformError: polls kept failing for longer than ``budget`` seconds.
         """
         streaming = cursor is not None and self.dialect.capabilities.events
+        request = replace(self.dialect.get_request(job_id), budget=budget)  # built once for the loop
         while True:
-            job = yield from self.get_job(job_id, budget)
+            job = yield from self._poll_job(request)
             events = None
             if streaming:
                 in_job = self.dialect.capabilities.events_in_job
@@ -263,6 +264,14 @@ class JobOperations:
             if until(job) or (deadline is not None and now >= deadline):
                 return job, cursor
             yield Sleep(interval if deadline is None else max(0.0, min(interval, deadline - now)))
+
+    def _poll_job(self, request: ApiRequest) -> Operation[TrainingJob]:
+        """One poll: the job as :meth:`Dialect.parse_poll` reads it, fully parsed once it ended."""
+        body = yield request
+        job = self.dialect.parse_poll(body)
+        if job.is_terminal:
+            job = self.dialect.parse_job(body)
+        return self._linked(job)
 
     def wait_until(
         self,

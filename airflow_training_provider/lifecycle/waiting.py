@@ -8,6 +8,7 @@ value from the same operation, so both ways of waiting end the task the same way
 
 from __future__ import annotations
 
+import zlib
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
@@ -32,6 +33,9 @@ class Polling(BaseModel):
         from ``defer()`` ("finished with state success, but the task instance's state attribute
         is queued", apache/airflow#71580); the task then fails without its own message. Only a
         job that ends within seconds of the deferral waits.
+    :ivar spread_polls: a trigger's first poll waits for its job's slot in the interval (a fixed
+        phase from the job id), so the polls of many triggers are spread over the interval and a
+        restarted triggerer does not poll them all at once; each job keeps its phase across restarts.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -41,6 +45,7 @@ class Polling(BaseModel):
     confirm_interval: Seconds = Field(1.0, gt=0)
     clear_grace: Seconds = 10.0
     resume_settle: Seconds = 10.0
+    spread_polls: bool = True
 
 
 class _Outcome(BaseModel):
@@ -145,3 +150,11 @@ def wait_for_job(
     except TrainingPlatformError as exc:  # the resumed task tries again
         return outcome.model_copy(update={"cancel_error": str(exc)})
     return outcome.model_copy(update={"cancel": result})
+
+
+def poll_phase_delay(job_id: str, interval: float, now: float) -> float:
+    """Seconds from ``now`` (UNIX) to job ``job_id``'s next slot: the slots are ``interval`` apart
+    at a phase fixed by the job id, so a job's polls fall at the same point of the interval across
+    triggerer restarts, and different jobs' polls are spread evenly."""
+    phase = zlib.crc32(job_id.encode()) / 2**32 * interval
+    return (phase - now) % interval

@@ -302,6 +302,13 @@ class Dialect(ABC):
     @abstractmethod
     def parse_job(self, body: Any) -> TrainingJob: ...
 
+    def parse_poll(self, body: Any) -> TrainingJob:
+        """The job as a poll needs it: id, state, raw status, message, progress, metrics and cost
+        (checkpoints, events and timestamps may be left out). Called on every poll of every
+        waiting job, so a dialect may parse less here than :meth:`parse_job`; a terminal job is
+        parsed again with :meth:`parse_job`. By default the same as :meth:`parse_job`."""
+        return self.parse_job(body)
+
     @abstractmethod
     def parse_cancel(self, job_id: str, body: Any) -> CancelResult: ...
 

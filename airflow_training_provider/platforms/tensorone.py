@@ -88,6 +88,20 @@ class WireJob(_Wire):
     consoleUrl: str | None = None
 
 
+class WirePoll(_Wire):
+    """What a poll reads of a Get job answer (:meth:`TensorOneDialect.parse_poll`)."""
+
+    jobId: str
+    status: str
+    progress: WireProgress | None = None
+    metrics: dict[str, Any] | None = None
+    costs: WireCosts | None = None
+    estimatedCost: dict[str, Any] | None = None
+    error: str | dict[str, Any] | None = None
+    message: str | None = None
+    consoleUrl: str | None = None
+
+
 class WireCancellationDetails(_Wire):
     cancelledAt: datetime | None = None
     reason: str | None = None
@@ -316,9 +330,25 @@ class TensorOneDialect(Dialect):
 
     def parse_job(self, body: Any) -> TrainingJob:
         wire = WireJob.model_validate(body)
+        stamps = wire.timestamps or WireTimestamps()
+        return self._job(wire).model_copy(
+            update={
+                "name": wire.name,
+                "checkpoints": [self._checkpoint(c) for c in wire.checkpoints],
+                "tags": wire.tags,
+                "created_at": stamps.createdAt or wire.createdAt,
+                "started_at": stamps.startedAt,
+                "updated_at": stamps.lastUpdated,
+            }
+        )
+
+    def parse_poll(self, body: Any) -> TrainingJob:
+        """Get job, reading only what a poll needs (no checkpoints or timestamps)."""
+        return self._job(WirePoll.model_validate(body))
+
+    def _job(self, wire: WireJob | WirePoll) -> TrainingJob:
         progress = wire.progress or WireProgress()
         costs = wire.costs or WireCosts()
-        stamps = wire.timestamps or WireTimestamps()
         estimated = (wire.estimatedCost or {}).get("totalCost")
         message = wire.message
         if isinstance(wire.error, dict):
@@ -330,7 +360,6 @@ class TensorOneDialect(Dialect):
             platform=self.name,
             state=self.map_status(wire.status),
             raw_status=wire.status,
-            name=wire.name,
             message=message,
             progress=Progress(
                 epoch=progress.currentEpoch,
@@ -341,7 +370,6 @@ class TensorOneDialect(Dialect):
                 eta_seconds=parse_duration(progress.estimatedTimeRemaining),
             ),
             metrics=_numeric_metrics(wire.metrics),
-            checkpoints=[self._checkpoint(c) for c in wire.checkpoints],
             cost=Cost(
                 total_usd=costs.currentCost,
                 estimated_total_usd=costs.estimatedTotalCost
@@ -350,10 +378,6 @@ class TensorOneDialect(Dialect):
                 breakdown_usd=costs.costBreakdown,
             ),
             console_url=wire.consoleUrl,
-            tags=wire.tags,
-            created_at=stamps.createdAt or wire.createdAt,
-            started_at=stamps.startedAt,
-            updated_at=stamps.lastUpdated,
         )
 
     @staticmethod

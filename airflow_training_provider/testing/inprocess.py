@@ -92,7 +92,8 @@ def run_task(operator: Any, context: dict[str, Any], max_deferrals: int = 10) ->
 
     The trigger is rebuilt from ``serialize()`` after a JSON round trip, as the triggerer would,
     so a kwarg that is not plain JSON fails here too. Its ``resume_settle`` (a guard against a
-    scheduler race; there is no scheduler here) is set to 0 so a quick job is not held.
+    scheduler race; there is no scheduler here) is set to 0 and ``spread_polls`` (spreading many
+    triggers' polls) off, so a quick job is not held.
     """
     # The task runner's own pass: execute() is not being called "outside of the Task Runner".
     sentinel = {f"{type(operator).__name__}__sentinel": ExecutorSafeguard.sentinel_value}
@@ -103,8 +104,8 @@ def run_task(operator: Any, context: dict[str, Any], max_deferrals: int = 10) ->
         except TaskDeferred as deferred:
             classpath, kwargs = deferred.trigger.serialize()
             kwargs = json.loads(json.dumps(kwargs))
-            if "resume_settle" in kwargs:
-                kwargs["resume_settle"] = 0.0
+            if "resume_settle" in kwargs:  # guards of a busy triggerer, pointless here
+                kwargs.update(resume_settle=0.0, spread_polls=False)
             trigger = import_string(classpath)(**kwargs)
             event = asyncio.run(first_event(trigger))
             # as the task runner resumes a task: resume_execution(next_method, {"event": payload, ...})

@@ -22,7 +22,12 @@ from airflow_training_provider.hooks.training_async import AsyncTrainingPlatform
 from airflow_training_provider.hooks.transport import RetryPolicy
 from airflow_training_provider.identity import TaskIdentity
 from airflow_training_provider.lifecycle.operations import NewEvents, Step
-from airflow_training_provider.lifecycle.waiting import DeadlineReached, Polling, wait_for_job
+from airflow_training_provider.lifecycle.waiting import (
+    DeadlineReached,
+    Polling,
+    poll_phase_delay,
+    wait_for_job,
+)
 from airflow_training_provider.progress import JobReport
 from airflow_training_provider.task_instance_lookup import (
     current_job_id,
@@ -140,6 +145,11 @@ class TrainingJobTrigger(BaseTrigger):
                     # never lost — log lines written after a cancellation do not reach the task log.
                     await self._save_cursor(step.cursor)
 
+            if polling.spread_polls:
+                delay = poll_phase_delay(self.job_id, polling.poll_interval, time.time())
+                if self.deadline is not None:
+                    delay = min(delay, max(0.0, self.deadline - time.time()))
+                await asyncio.sleep(delay)
             wait = wait_for_job(
                 client.ops, self.job_id, polling, self.policy, self.deadline, cursor, self.deadline_kind
             )

@@ -139,7 +139,11 @@ def test_the_trigger_fires_no_sooner_than_the_resume_settle_after_the_deferral(c
 
     def seconds_to_event(deferred_at: float) -> float:
         trigger = TrainingJobTrigger(
-            conn_id="tensorone_local", job_id=cancelled_outside, deferred_at=deferred_at, resume_settle=2
+            conn_id="tensorone_local",
+            job_id=cancelled_outside,
+            deferred_at=deferred_at,
+            resume_settle=2,
+            spread_polls=False,
         )
         started = time.monotonic()
         event = asyncio.run(first_event(trigger))

@@ -1,0 +1,335 @@
+"""`make bench`: what a waiting training job costs the triggerer, against baselines, in one run.
+
+N pollers run in ONE event loop in this process, as the triggerer runs triggers, against a minimal
+loopback HTTP stub in another process that answers a documented TensorOne job body (a running job)
+and counts requests and new TCP connections. Variants:
+
+* ``product``   — the real ``TrainingJobTrigger.run()`` (TensorOne connection to the stub);
+* ``ideal``     — one shared aiohttp session, a bare GET + JSON per poll;
+* ``session``   — a new aiohttp session per poll (what a trigger that opens one per poll costs);
+* ``lookup``    — the same plus an Airflow connection lookup per poll.
+
+Each poller starts at a random point of the interval. Per variant and size: CPU per poll (this
+process's CPU / polls served), polls served vs due, new connections per poll, event-loop lag
+p50/p99/max (a 50 ms ticker's overshoot), poll-to-poll interval p95/max (from the stub), memory
+per poller (RSS growth / N), worst GC pause. Prints a table and the ratios; ``--plot`` saves CPU per
+poll against pollers as a PNG (matplotlib, if installed).
+
+    python scripts/bench_triggers.py [--sizes 1000,5000,10000] [--interval 1,1,30] [--window 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import os
+import random
+import resource
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+JOB_BODY = {
+    "jobId": "job_bench",
+    "name": "bench-run",
+    "status": "running",
+    "progress": {
+        "currentEpoch": 1,
+        "totalEpochs": 2,
+        "currentStep": 300,
+        "totalSteps": 800,
+        "percentComplete": 37.5,
+        "estimatedTimeRemaining": "40m",
+    },
+    "metrics": {
+        "loss": 1.02,
+        "validationLoss": 1.10,
+        "learningRate": 0.0002,
+        "throughput": {"samplesPerSecond": 30.1, "tokensPerSecond": 1500, "stepTime": 1.1},
+    },
+    "checkpoints": [
+        {
+            "checkpointId": "ckpt_epoch_1",
+            "epoch": 1,
+            "step": 400,
+            "metrics": {"loss": 1.0},
+            "size": "1.1GB",
+            "createdAt": "2025-03-01T10:40:00Z",
+        }
+    ],
+    "costs": {
+        "currentCost": 3.2,
+        "estimatedTotalCost": 9.9,
+        "costBreakdown": {"gpuCost": 3.0, "storageCost": 0.2},
+    },
+    "timestamps": {
+        "createdAt": "2025-03-01T10:00:00Z",
+        "startedAt": "2025-03-01T10:06:00Z",
+        "lastUpdated": "2025-03-01T10:45:00Z",
+    },
+}
+API_KEY = "bench-key"
+
+
+# -- the stub (its own process: its CPU is not counted) -------------------------------------------
+def serve(port: int) -> None:
+    from aiohttp import web
+
+    stats: dict[str, Any] = {"requests": 0, "connections": set(), "times": {}}
+
+    async def job(request: web.Request) -> web.Response:
+        stats["requests"] += 1
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        stats["connections"].add(peer)
+        stats["times"].setdefault(request.match_info["job_id"], []).append(time.monotonic())
+        body = dict(JOB_BODY, jobId=request.match_info["job_id"])
+        return web.json_response(body)
+
+    async def read_stats(request: web.Request) -> web.Response:
+        gaps = [b - a for ts in stats["times"].values() for a, b in zip(ts, ts[1:], strict=False)]
+        out = {"requests": stats["requests"], "connections": len(stats["connections"]), "gaps": gaps}
+        return web.json_response(out)
+
+    async def reset(request: web.Request) -> web.Response:
+        stats.update(requests=0, connections=set(), times={})
+        return web.json_response({})
+
+    app = web.Application()
+    app.router.add_get("/v2/training/jobs/{job_id}", job)
+    app.router.add_get("/_stats", read_stats)
+    app.router.add_post("/_reset", reset)
+    web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None, keepalive_timeout=300)
+
+
+# -- the pollers ------------------------------------------------------------------------------------
+@dataclass
+class Result:
+    variant: str
+    pollers: int
+    interval: float
+    polls: int = 0
+    due: float = 0.0
+    cpu: float = 0.0
+    connections: int = 0
+    lag: list[float] = field(default_factory=list)
+    gaps: list[float] = field(default_factory=list)
+    rss_per_poller: float = 0.0
+    gc_max: float = 0.0
+
+    @property
+    def cpu_per_poll_us(self) -> float:
+        return self.cpu / self.polls * 1e6 if self.polls else float("inf")
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+async def _product(i: int, interval: float, url: str) -> None:
+    from airflow_training_provider.triggers.training_job import TrainingJobTrigger
+
+    trigger = TrainingJobTrigger(conn_id="bench", job_id=f"job_{i}", poll_interval=interval, resume_settle=0)
+    async for _ in trigger.run():
+        return
+
+
+async def _ideal(i: int, interval: float, url: str, session) -> None:
+    while True:
+        async with session.get(
+            f"{url}/v2/training/jobs/job_{i}", headers={"Authorization": f"Bearer {API_KEY}"}
+        ) as r:
+            await r.json()
+        await asyncio.sleep(interval)
+
+
+async def _new_session(i: int, interval: float, url: str, lookup: bool) -> None:
+    import aiohttp
+
+    while True:
+        if lookup:
+            from airflow.providers.common.compat.connection import get_async_connection
+
+            await get_async_connection("bench")
+        async with aiohttp.ClientSession() as session:
+            async with session.get(
+                f"{url}/v2/training/jobs/job_{i}", headers={"Authorization": f"Bearer {API_KEY}"}
+            ) as r:
+                await r.json()
+        await asyncio.sleep(interval)
+
+
+async def run_variant(variant: str, pollers: int, interval: float, window: float, url: str) -> Result:
+    import aiohttp
+    import requests
+
+    requests.post(f"{url}/_reset", timeout=10)
+    result = Result(variant, pollers, interval)
+    gc.collect()
+    rss0 = _rss()
+    shared = aiohttp.ClientSession() if variant == "ideal" else None
+
+    async def start(i: int) -> None:
+        await asyncio.sleep(random.uniform(0, interval))  # spread over the interval
+        if variant == "product":
+            await _product(i, interval, url)
+        elif variant == "ideal":
+            await _ideal(i, interval, url, shared)
+        else:
+            await _new_session(i, interval, url, lookup=variant == "lookup")
+
+    tasks = [asyncio.ensure_future(start(i)) for i in range(pollers)]
+    await asyncio.sleep(interval + min(5.0, interval))  # every poller started and polled once
+    rss1 = _rss()
+    requests.post(f"{url}/_reset", timeout=10)
+    gc_pauses: list[float] = []
+    gc_started: list[float] = []
+
+    def on_gc(phase: str, info: dict) -> None:
+        if phase == "start":
+            gc_started.append(time.perf_counter())
+        elif gc_started:
+            gc_pauses.append(time.perf_counter() - gc_started.pop())
+
+    gc.callbacks.append(on_gc)
+    stop = asyncio.Event()
+
+    async def ticker() -> None:
+        while not stop.is_set():
+            t = time.perf_counter()
+            await asyncio.sleep(0.05)
+            result.lag.append(time.perf_counter() - t - 0.05)
+
+    tick = asyncio.ensure_future(ticker())
+    cpu0, t0 = time.process_time(), time.monotonic()
+    await asyncio.sleep(window)
+    result.cpu = time.process_time() - cpu0
+    elapsed = time.monotonic() - t0
+    gc.callbacks.remove(on_gc)
+    stop.set()
+    await tick
+    stats = await asyncio.to_thread(lambda: requests.get(f"{url}/_stats", timeout=60).json())
+    result.polls, result.connections, result.gaps = stats["requests"], stats["connections"], stats["gaps"]
+    result.due = pollers * elapsed / interval
+    result.rss_per_poller = (rss1 - rss0) / pollers
+    result.gc_max = max(gc_pauses, default=0.0)
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    if shared is not None:
+        await shared.close()
+    await asyncio.sleep(0.5)  # let closed sessions release their connections
+    return result
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="1000,5000,10000")
+    parser.add_argument("--interval", default="1,1,30", help="poll interval (s) per size")
+    parser.add_argument("--window", type=float, default=20.0, help="measured seconds per run")
+    parser.add_argument("--variants", default="product,ideal,session,lookup")
+    parser.add_argument("--plot", type=Path, default=None)
+    parser.add_argument("--serve", type=int, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve is not None:
+        serve(args.serve)
+        return 0
+    from airflow_training_provider.local_platform.server import free_port
+
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # a new session per poll: many sockets
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    os.environ["AIRFLOW_CONN_BENCH"] = json.dumps(
+        {"conn_type": "tensorone", "host": url, "password": API_KEY}
+    )
+    import logging
+
+    logging.getLogger("airflow").setLevel(logging.WARNING)
+    stub = subprocess.Popen([sys.executable, __file__, "--serve", str(port)])
+    results: list[Result] = []
+    try:
+        import requests
+
+        for _ in range(100):
+            try:
+                requests.get(f"{url}/_stats", timeout=1)
+                break
+            except requests.RequestException:
+                time.sleep(0.1)
+        sizes = [int(s) for s in args.sizes.split(",")]
+        intervals = [float(s) for s in args.interval.split(",")]
+        for size, interval in zip(sizes, intervals, strict=True):
+            window = max(args.window, 2 * interval)
+            for variant in args.variants.split(","):
+                if variant == "lookup" and size > 1000:
+                    continue  # the slowest baseline saturates the loop long before
+                r = asyncio.run(run_variant(variant, size, interval, window, url))
+                results.append(r)
+                print(
+                    f"{variant:8s} n={size:6d} every {interval:4.0f} s: {r.cpu_per_poll_us:7.0f} µs/poll, "
+                    f"served {r.polls}/{r.due:.0f}, new conns/poll {r.connections / max(r.polls, 1):.2f}, "
+                    f"lag p50/p99/max {pct(r.lag, 0.5) * 1e3:.0f}/{pct(r.lag, 0.99) * 1e3:.0f}/{max(r.lag, default=0) * 1e3:.0f} ms, "
+                    f"gap p95/max {pct(r.gaps, 0.95):.2f}/{max(r.gaps, default=0):.2f} s, "
+                    f"{r.rss_per_poller / 1024:.1f} KB/poller, worst GC {r.gc_max * 1e3:.0f} ms",
+                    flush=True,
+                )
+    finally:
+        stub.terminate()
+        stub.wait(10)
+    print("\nratios (CPU per poll):")
+    by = {(r.variant, r.pollers): r for r in results}
+    for size in sorted({r.pollers for r in results}):
+        product = by.get(("product", size))
+        if product is None:
+            continue
+        for other in ("ideal", "session", "lookup"):
+            if (other, size) in by:
+                o = by[(other, size)]
+                print(
+                    f"  n={size}: product/{other} = {product.cpu_per_poll_us / o.cpu_per_poll_us:.2f}"
+                    f"   {other}/product = {o.cpu_per_poll_us / product.cpu_per_poll_us:.2f}"
+                )
+    if args.plot:
+        _plot(results, args.plot)
+    return 0
+
+
+def _plot(results: list[Result], path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed: no plot")
+        return
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for variant in dict.fromkeys(r.variant for r in results):
+        points = sorted((r.pollers, r.cpu_per_poll_us) for r in results if r.variant == variant)
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=variant)
+    ax.set_xlabel("concurrent pollers in one event loop")
+    ax.set_ylabel("CPU per poll (µs)")
+    ax.set_xscale("log")
+    ax.legend()
+    ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    print(f"plot saved to {path}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
