@@ -40,6 +40,9 @@ from airflow_training_provider.task_instance_lookup import (
 # could be garbage-collected mid-cancel.
 _BACKGROUND_CANCELS: set[asyncio.Task] = set()
 
+#: seconds the event waits after the last events were written to the log (see ``run``).
+LOG_DRAIN_SECONDS = 2.0
+
 _POLICY_FIELDS = frozenset(CancelPolicy.model_fields)
 _POLLING_FIELDS = frozenset(Polling.model_fields)
 
@@ -136,10 +139,13 @@ class TrainingJobTrigger(BaseTrigger):
             if client.dialect.capabilities.events:
                 cursor = max(self.event_cursor, await self._load_cursor())
             report = JobReport(self.log, cursor or 0)
+            wrote_events_at = 0.0
 
             async def write(step: Step) -> None:
+                nonlocal wrote_events_at
                 report(step)
                 if isinstance(step, NewEvents):
+                    wrote_events_at = time.monotonic()
                     # Written first, then the cursor saved (shielded: a triggerer shutdown does not
                     # stop the save): an event is repeated only if the process dies in between,
                     # never lost — log lines written after a cancellation do not reach the task log.
@@ -161,8 +167,14 @@ class TrainingJobTrigger(BaseTrigger):
                 self.log.error(
                     "execution_timeout: cancelling job %s failed (%s)", self.job_id, outcome.cancel_error
                 )
-        settle = (self.deferred_at or 0.0) + polling.resume_settle - time.time()
-        if settle > 0:  # see Polling.resume_settle: an event this early can make Airflow fail the task
+        # Hold the event: right after the deferral (see Polling.resume_settle), and for a moment after
+        # writing events, whose log lines travel to the task log on another channel than the event:
+        # the triggerer closes the trigger's log when the event is handled, dropping lines in flight.
+        settle = max(
+            (self.deferred_at or 0.0) + polling.resume_settle - time.time(),
+            wrote_events_at + LOG_DRAIN_SECONDS - time.monotonic() if wrote_events_at else 0.0,
+        )
+        if settle > 0:
             await asyncio.sleep(settle)
         yield TriggerEvent(outcome.model_dump(mode="json"))
 
