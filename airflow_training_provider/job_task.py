@@ -58,6 +58,12 @@ M = TypeVar("M", bound=BaseModel)
 STATE_STORE_KEY = "training_job"
 #: seconds the deferral's own timeout (a backstop) runs past the trigger's deadline.
 DEFER_TIMEOUT_SLACK = 120.0
+#: A wait on the worker ends this many seconds (at most a fifth of ``execution_timeout``) before
+#: Airflow's SIGALRM, so the job is cancelled by the wait itself: a signal handler that logs can
+#: hang on the logging lock the interrupted code holds, and then ``on_kill`` never runs.
+WORKER_DEADLINE_LEAD = 5.0
+#: ...and it stops confirming the cancel this many seconds before the SIGALRM.
+WORKER_CONFIRM_MARGIN = 1.0
 #: operators call the policy's ``confirm_timeout`` this (their other cancel parameters keep its names).
 CONFIRM_TIMEOUT_PARAMETER = {"confirm_timeout": "confirm_cancel_timeout"}
 #: seconds the worker's ``on_kill`` allows its one cancel call (SIGKILL follows SIGTERM after 5 s).
@@ -178,8 +184,14 @@ class TrainingJobTaskMixin:
             ti.xcom_push(key=TrainingJobConsoleLink().xcom_key, value=job.console_url)
 
     # -- ending ------------------------------------------------------------------------------------
-    def conclude(self, outcome: WaitOutcome, context: Any) -> dict[str, Any]:
-        """End the task from a wait's outcome: the final job on success, else raise why."""
+    def conclude(
+        self, outcome: WaitOutcome, context: Any, confirm_until: float | None = None
+    ) -> dict[str, Any]:
+        """End the task from a wait's outcome: the final job on success, else raise why.
+
+        :param confirm_until: UNIX time after which a cancel is not confirmed any more (the worker's
+            SIGALRM comes soon after); ``None``: for ``confirm_cancel_timeout`` seconds.
+        """
         self.job_id = outcome.job_id
         if (job := getattr(outcome, "job", None)) is not None:
             self.publish_job(context, job)
@@ -190,7 +202,7 @@ class TrainingJobTaskMixin:
         if isinstance(outcome, DeadlineReached):
             decision = self.cancel_policy.decide(GiveUp.EXECUTION_TIMEOUT)
             if decision.cancel:  # confirms the trigger's cancel, or sends it if that one failed
-                self.cancel_and_report(outcome.job_id, GiveUp.EXECUTION_TIMEOUT.value, context)
+                self.cancel_and_report(outcome.job_id, GiveUp.EXECUTION_TIMEOUT.value, context, confirm_until)
                 raise AirflowTaskTimeout(
                     f"execution_timeout reached; training job {outcome.job_id} was cancelled"
                 )
@@ -238,16 +250,21 @@ class TrainingJobTaskMixin:
             raise
 
     # -- waiting -----------------------------------------------------------------------------------
-    def wait_on_worker(self, job: TrainingJob, context: Any = None) -> WaitOutcome:
+    def wait_on_worker(
+        self, job: TrainingJob, context: Any = None, deadline: float | None = None
+    ) -> WaitOutcome:
         """Run the wait here, holding the worker slot; ``on_kill`` wakes it up to stop.
 
+        :param deadline: when ``execution_timeout`` runs out (UNIX seconds, :meth:`deadline_from_now`);
+            the wait cancels a running job :func:`worker_deadline` seconds before it.
         :raises TrainingJobCancelledByAirflow: the task was killed meanwhile.
         """
         hook = self.hook
         cursor = 0 if hook.dialect.capabilities.events else None
         report = JobReport(self.log)  # type: ignore[attr-defined]
         report.progress(job)
-        wait = wait_for_job(hook.ops, job.id, self.polling, self.cancel_policy, None, cursor)
+        ends = self.worker_deadline(deadline)
+        wait = wait_for_job(hook.ops, job.id, self.polling, self.cancel_policy, ends, cursor)
         try:
             outcome = hook.drive(wait, report, stop=self._stop)
         except WaitInterrupted:
@@ -280,6 +297,14 @@ class TrainingJobTaskMixin:
         """Absolute UNIX time when ``execution_timeout`` runs out for this try, if one is set."""
         timeout = getattr(self, "execution_timeout", None)
         return None if timeout is None else time.time() + timeout.total_seconds()
+
+    def worker_deadline(self, deadline: float | None) -> float | None:
+        """When a wait on the worker gives up: :data:`WORKER_DEADLINE_LEAD` seconds (at most a fifth
+        of ``execution_timeout``) before ``deadline``, Airflow's own SIGALRM."""
+        timeout = getattr(self, "execution_timeout", None)
+        if deadline is None or timeout is None:
+            return deadline
+        return deadline - min(WORKER_DEADLINE_LEAD, timeout.total_seconds() / 5)
 
     def defer_on(
         self, job: TrainingJob, context: Any, deadline: float | None, deadline_kind: str = "execution_timeout"
@@ -320,14 +345,17 @@ class TrainingJobTaskMixin:
         return self.conclude(parse_outcome(event), context)
 
     # -- giving up ---------------------------------------------------------------------------------
-    def cancel_and_report(self, job_id: str, reason: str, context: Any = None) -> CancelResult:
-        """Cancel ``job_id`` as the policy asks, wait (bounded) for the platform to confirm, log and
+    def cancel_and_report(
+        self, job_id: str, reason: str, context: Any = None, confirm_until: float | None = None
+    ) -> CancelResult:
+        """Cancel ``job_id`` as the policy asks, wait (bounded: ``confirm_cancel_timeout`` seconds,
+        and no later than ``confirm_until``, UNIX seconds) for the platform to confirm, log and
         publish the result (XCom ``cancel_result``)."""
+        timeout = self.cancel_policy.confirm_timeout
+        if confirm_until is not None:
+            timeout = max(0.0, min(timeout, confirm_until - time.time()))
         result, job = self.hook.cancel_and_confirm(
-            job_id,
-            self.cancel_policy.request(reason),
-            self.cancel_policy.confirm_timeout,
-            self.polling.confirm_interval,
+            job_id, self.cancel_policy.request(reason), timeout, self.polling.confirm_interval
         )
         log_cancel(self.log, result, job)  # type: ignore[attr-defined]
         if context is not None:

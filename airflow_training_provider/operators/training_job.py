@@ -23,6 +23,7 @@ from airflow_training_provider.hooks.training import TrainingPlatformHook
 from airflow_training_provider.identity import TaskIdentity
 from airflow_training_provider.job_task import (
     STATE_STORE_KEY,
+    WORKER_CONFIRM_MARGIN,
     LostContactWithPlatform,
     TrainingJobCancelledByAirflow,
     TrainingJobFailed,
@@ -162,7 +163,9 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
                 return ended
             if self.deferrable:
                 self.defer_on(job, context, deadline)
-        return self.conclude(self.wait_on_worker(job, context), context)
+        outcome = self.wait_on_worker(job, context, deadline)
+        confirm_until = None if deadline is None else deadline - WORKER_CONFIRM_MARGIN
+        return self.conclude(outcome, context, confirm_until)
 
     def remember(self, context: Any, identity: TaskIdentity, job: TrainingJob) -> None:
         """Publish the job before waiting: XCom (this try) and the task state store (next tries)."""
@@ -184,10 +187,17 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
         (:meth:`CancelPolicy.earlier_job`)."""
         previous_id = self._previous_job_id(context, identity)
         if previous_id is None:
+            if identity.try_number > 1:
+                self.log.info("No training job of an earlier try is recorded for this task instance")
             return None
         try:
             job = self.hook.get_job(previous_id, budget=self.polling.outage_budget)
-        except JobNotFoundError:
+        except JobNotFoundError as exc:
+            self.log.warning(
+                "Training job %s of an earlier try is not on the platform any more (%s): submitting a new one",
+                previous_id,
+                exc,
+            )
             return None
         ti = context["ti"]
         retry = is_retry(ti.try_number, ti.max_tries, self.retries or 0)
@@ -202,6 +212,10 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
         if action is EarlierJob.ADOPT:
             self.log.info("Training job %s of an earlier try already succeeded: adopting it", job.id)
             return job
+        if action is EarlierJob.SUBMIT:
+            self.log.info(
+                "Training job %s of an earlier try ended %s: submitting a new one", job.id, job.state.value
+            )
         if action is EarlierJob.CANCEL_THEN_SUBMIT:
             self.log.warning("Task was cleared: cancelling training job %s of an earlier try first", job.id)
             self.cancel_and_report(job.id, GiveUp.CLEARED.value)

@@ -171,6 +171,24 @@ def test_deferred_execution_timeout_cancels_once_at_the_deadline(control):
     assert ctx["ti"].xcoms["cancel_result"]["final_checkpoint_id"] == "ckpt_final"
 
 
+def test_on_the_worker_the_wait_itself_cancels_just_before_execution_timeout(control):
+    """Not left to Airflow's SIGALRM (whose handler can hang on a logging lock, so ``on_kill`` never
+    runs): here no alarm is armed at all, and the job is still cancelled, a second before the deadline."""
+    op = submit(
+        "tensorone", tensorone_spec(epochs=300), poll_interval=timedelta(seconds=30),
+        execution_timeout=timedelta(seconds=5),
+    )  # fmt: skip
+    ctx = task_context(op)
+    started = time.time()
+    with pytest.raises(AirflowTaskTimeout, match="was cancelled"):
+        run_task(op, ctx)
+    assert time.time() - started < 5, "the task ended before Airflow's alarm would fire"
+    job = control.wait_job(ctx["ti"].xcoms["job_id"], {"cancelled"})
+    (cancel,) = control.accepted_cancels(job)
+    assert cancel["reason"] == GiveUp.EXECUTION_TIMEOUT.value
+    assert 3.5 <= cancel["received_at"] - started <= 4.8, "cancelled at the deadline less 1 s (a fifth)"
+
+
 def test_a_sensor_past_its_execution_timeout_never_cancels_the_job_it_watches(control):
     owner = submit("tensorone", tensorone_spec(epochs=300), wait_for_completion=False)
     job_id = run_task(owner, task_context(owner))["id"]

@@ -466,6 +466,9 @@ def k15_outage_beyond_budget(stack, platform, flavor: Flavor) -> Outcome:
         run_id,
         expect_cancel=False,
         log1=log1,
+        log2=stack.task_log(dag, run_id, "train", 2, wait_for=("Re-attaching", "Submitted training job"))
+        if ti["try_number"] > 1
+        else "",
         state_during=during["state"],
         try_number=ti["try_number"],
     )
