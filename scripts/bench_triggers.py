@@ -24,6 +24,7 @@ import argparse
 import asyncio
 import gc
 import json
+import logging
 import os
 import random
 import resource
@@ -120,6 +121,8 @@ class Result:
     gaps: list[float] = field(default_factory=list)
     rss_per_poller: float = 0.0
     gc_max: float = 0.0
+    gc_full: list[float] = field(default_factory=list)  # each full (generation 2) collection, s
+    slow_callbacks: list[str] = field(default_factory=list)  # asyncio debug: callbacks over 100 ms
 
     @property
     def cpu_per_poll_us(self) -> float:
@@ -164,15 +167,43 @@ async def _new_session(i: int, interval: float, url: str, lookup: bool) -> None:
         await asyncio.sleep(interval)
 
 
+class _SlowCallbacks(logging.Handler):
+    """asyncio debug mode's "Executing <callback> took N seconds" warnings, collected."""
+
+    def __init__(self, into: list[str]) -> None:
+        super().__init__(logging.WARNING)
+        self.into = into
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if message.startswith("Executing"):
+            self.into.append(message)
+
+
+async def _warm_up(variant: str, url: str, shared) -> None:
+    """A few pollers of ``variant`` for a couple of polls, then gone."""
+    runs = {
+        "product": lambda i: _product(i, 0.2, url),
+        "ideal": lambda i: _ideal(i, 0.2, url, shared),
+    }
+    make = runs.get(variant, lambda i: _new_session(i, 0.2, url, lookup=variant == "lookup"))
+    tasks = [asyncio.ensure_future(make(-1 - i)) for i in range(3)]
+    await asyncio.sleep(1.0)
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
 async def run_variant(variant: str, pollers: int, interval: float, window: float, url: str) -> Result:
     import aiohttp
     import requests
 
     requests.post(f"{url}/_reset", timeout=10)
     result = Result(variant, pollers, interval)
+    shared = aiohttp.ClientSession() if variant == "ideal" else None
+    await _warm_up(variant, url, shared)  # imports and first-use caches are not per-poller memory
     gc.collect()
     rss0 = _rss()
-    shared = aiohttp.ClientSession() if variant == "ideal" else None
 
     async def start(i: int) -> None:
         await asyncio.sleep(random.uniform(0, interval))  # spread over the interval
@@ -195,6 +226,8 @@ async def run_variant(variant: str, pollers: int, interval: float, window: float
             gc_started.append(time.perf_counter())
         elif gc_started:
             gc_pauses.append(time.perf_counter() - gc_started.pop())
+            if info["generation"] == 2:
+                result.gc_full.append(gc_pauses[-1])
 
     gc.callbacks.append(on_gc)
     stop = asyncio.Event()
@@ -205,12 +238,15 @@ async def run_variant(variant: str, pollers: int, interval: float, window: float
             await asyncio.sleep(0.05)
             result.lag.append(time.perf_counter() - t - 0.05)
 
+    slow = _SlowCallbacks(result.slow_callbacks)
+    logging.getLogger("asyncio").addHandler(slow)
     tick = asyncio.ensure_future(ticker())
     cpu0, t0 = time.process_time(), time.monotonic()
     await asyncio.sleep(window)
     result.cpu = time.process_time() - cpu0
     elapsed = time.monotonic() - t0
     gc.callbacks.remove(on_gc)
+    logging.getLogger("asyncio").removeHandler(slow)
     stop.set()
     await tick
     stats = await asyncio.to_thread(lambda: requests.get(f"{url}/_stats", timeout=60).json())
@@ -241,6 +277,11 @@ def main() -> int:
     parser.add_argument("--window", type=float, default=20.0, help="measured seconds per run")
     parser.add_argument("--variants", default="product,ideal,session,lookup")
     parser.add_argument("--plot", type=Path, default=None)
+    parser.add_argument(
+        "--asyncio-debug",
+        action="store_true",
+        help="run the loop in asyncio debug mode and report callbacks that held it over 100 ms",
+    )
     parser.add_argument("--serve", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve is not None:
@@ -276,16 +317,20 @@ def main() -> int:
             for variant in args.variants.split(","):
                 if variant == "lookup" and size > 1000:
                     continue  # the slowest baseline saturates the loop long before
-                r = asyncio.run(run_variant(variant, size, interval, window, url))
+                r = asyncio.run(run_variant(variant, size, interval, window, url), debug=args.asyncio_debug)
                 results.append(r)
                 print(
                     f"{variant:8s} n={size:6d} every {interval:4.0f} s: {r.cpu_per_poll_us:7.0f} µs/poll, "
                     f"served {r.polls}/{r.due:.0f}, new conns/poll {r.connections / max(r.polls, 1):.2f}, "
                     f"lag p50/p99/max {pct(r.lag, 0.5) * 1e3:.0f}/{pct(r.lag, 0.99) * 1e3:.0f}/{max(r.lag, default=0) * 1e3:.0f} ms, "
                     f"gap p95/max {pct(r.gaps, 0.95):.2f}/{max(r.gaps, default=0):.2f} s, "
-                    f"{r.rss_per_poller / 1024:.1f} KB/poller, worst GC {r.gc_max * 1e3:.0f} ms",
+                    f"{r.rss_per_poller / 1024:.1f} KB/poller, worst GC {r.gc_max * 1e3:.0f} ms "
+                    f"(full collections: {len(r.gc_full)}, {', '.join(f'{t * 1e3:.0f}' for t in r.gc_full)} ms)"
+                    + (f", slow callbacks {len(r.slow_callbacks)}" if args.asyncio_debug else ""),
                     flush=True,
                 )
+                for message in r.slow_callbacks[:5]:
+                    print(f"    {message[:300]}")
     finally:
         stub.terminate()
         stub.wait(10)

@@ -21,7 +21,7 @@ from tenacity import Retrying
 from airflow_training_provider.errors import PlatformAuthError, TrainingPlatformError, TransientPlatformError
 from airflow_training_provider.hooks.connection import PlatformConnection
 from airflow_training_provider.hooks.job_api import JobApi
-from airflow_training_provider.hooks.transport import RetryPolicy, decode_response, prepare_request
+from airflow_training_provider.hooks.transport import PreparedRequests, RetryPolicy, decode_response
 from airflow_training_provider.lifecycle.operations import JobOperations, Operation, Sleep, advance
 from airflow_training_provider.platforms import PLATFORMS
 from airflow_training_provider.platforms.base import ApiRequest, Dialect
@@ -51,6 +51,11 @@ class TrainingPlatformHook(JobApi, HttpHook):
         self.conn_id = conn_id
         self.retry_policy = retry_policy or RetryPolicy()
         self._session: requests.Session | None = None
+
+    @cached_property
+    def _prepare(self) -> PreparedRequests:
+        conn = self.platform_connection
+        return PreparedRequests(conn.dialect, conn.base_url, conn.credentials)
 
     @cached_property
     def platform_connection(self) -> PlatformConnection:
@@ -154,7 +159,7 @@ class TrainingPlatformHook(JobApi, HttpHook):
     def _send(self, request: ApiRequest) -> Any:
         session = self.session
         conn = self.platform_connection
-        http = prepare_request(conn.dialect, conn.base_url, request, conn.credentials)
+        http = self._prepare(request)
         try:
             response = session.request(
                 http.method,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import inspect
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from tenacity import AsyncRetrying
 from airflow_training_provider.errors import PlatformAuthError, TransientPlatformError
 from airflow_training_provider.hooks.connection import PlatformConnection
 from airflow_training_provider.hooks.job_api import JobApi
-from airflow_training_provider.hooks.transport import RetryPolicy, decode_response, prepare_request
+from airflow_training_provider.hooks.transport import PreparedRequests, RetryPolicy, decode_response
 from airflow_training_provider.lifecycle.operations import JobOperations, Operation, Sleep, advance
 from airflow_training_provider.platforms.base import ApiRequest
 
@@ -146,10 +145,11 @@ class AsyncTrainingPlatformClient(JobApi):
         self.retry_policy = retry_policy
         self.ops = JobOperations(connection.dialect, connection.base_url)
         self._options = request_options or {}
+        self._prepare = PreparedRequests(connection.dialect, connection.base_url, connection.credentials)
 
     async def drive(self, operation: Operation[Any], report: Callable[[Any], Any] | None = None) -> Any:
         """Run a lifecycle operation to its result (see ``TrainingPlatformHook.drive``); ``report``
-        may be a coroutine function."""
+        may return an awaitable (awaited before the operation goes on) or ``None``."""
         reply: Any = None
         error: BaseException | None = None
         while True:
@@ -164,7 +164,7 @@ class AsyncTrainingPlatformClient(JobApi):
                     error = exc
             elif isinstance(step, Sleep):
                 await asyncio.sleep(step.seconds)
-            elif report is not None and inspect.isawaitable(outcome := report(step)):
+            elif report is not None and (outcome := report(step)) is not None:
                 await outcome
 
     async def call(self, request: ApiRequest) -> Any:
@@ -190,17 +190,15 @@ class AsyncTrainingPlatformClient(JobApi):
     async def _send(self, request: ApiRequest) -> Any:
         conn = self.connection
         if conn.credentials.source is None:
-            http = prepare_request(conn.dialect, conn.base_url, request, conn.credentials)
+            http = self._prepare(request)
         else:  # refreshable credentials may call out to refresh while signing: not on the event loop
-            http = await asyncio.to_thread(
-                prepare_request, conn.dialect, conn.base_url, request, conn.credentials
-            )
+            http = await asyncio.to_thread(self._prepare, request)
         try:
             async with self.session.request(
                 http.method, http.url, data=http.body or None, headers=http.headers, **self._options
             ) as response:
-                text = await response.text()
-                return decode_response(conn.dialect, request, response.status, response.headers, text)
+                raw = await response.read()  # bytes: JSON is UTF-8, no charset sniffing per poll
+                return decode_response(conn.dialect, request, response.status, response.headers, raw)
         except aiohttp.ClientConnectorError as exc:
             raise TransientPlatformError(f"cannot connect: {exc.os_error}", sent=False) from exc
         except (TimeoutError, aiohttp.ClientError) as exc:

@@ -41,7 +41,14 @@ from airflow_training_provider.platforms.base import (
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RetryPolicy", "decode_response", "join_url", "prepare_request", "retry_after_seconds"]
+__all__ = [
+    "PreparedRequests",
+    "RetryPolicy",
+    "decode_response",
+    "join_url",
+    "prepare_request",
+    "retry_after_seconds",
+]
 
 
 @dataclass(frozen=True)
@@ -145,10 +152,38 @@ def prepare_request(
     return http
 
 
+class PreparedRequests:
+    """:func:`prepare_request` for one connection, remembering the last request prepared when the
+    dialect's authentication depends on nothing but the credentials (a bearer token): a poll sends
+    the same request object every time, and then it is prepared once. A dialect that signs (its own
+    :meth:`Dialect.authenticate`) or refreshable credentials are prepared per send: a signature
+    covers the time.
+
+    :param dialect, base_url, credentials: the connection's.
+    """
+
+    def __init__(self, dialect: Dialect, base_url: str, credentials: Credentials) -> None:
+        self.dialect = dialect
+        self.base_url = base_url
+        self.credentials = credentials
+        self.reusable = credentials.source is None and type(dialect).authenticate is Dialect.authenticate
+        self._last: tuple[ApiRequest, HttpRequest] | None = None
+
+    def __call__(self, request: ApiRequest) -> HttpRequest:
+        last = self._last
+        if last is not None and last[0] is request:
+            return last[1]
+        http = prepare_request(self.dialect, self.base_url, request, self.credentials)
+        if self.reusable:
+            self._last = (request, http)
+        return http
+
+
 def decode_response(
-    dialect: Dialect, request: ApiRequest, status: int, headers: Mapping[str, str], text: str
+    dialect: Dialect, request: ApiRequest, status: int, headers: Mapping[str, str], text: str | bytes
 ) -> Any:
-    """Turn an HTTP answer into a JSON body or the right exception.
+    """Turn an HTTP answer into a JSON body or the right exception. ``text`` is the body as sent
+    (bytes: JSON is UTF-8, so a 2xx body is parsed without decoding it to ``str`` first).
 
     :raises TransientPlatformError: a 2xx body that is not JSON, or whatever the dialect classifies
         as transient (by default 408/425/429/5xx).
@@ -160,8 +195,13 @@ def decode_response(
         body = None
         if 200 <= status < 300:
             raise TransientPlatformError(
-                f"malformed response body from {request.method} {request.path}: {text[:120]!r}", status=status
+                f"malformed response body from {request.method} {request.path}: {_as_text(text)[:120]!r}",
+                status=status,
             ) from None
     if 200 <= status < 300:
         return body
-    raise dialect.classify_error(status, headers, body, text)
+    raise dialect.classify_error(status, headers, body, _as_text(text))
+
+
+def _as_text(text: str | bytes) -> str:
+    return text.decode("utf-8", errors="replace") if isinstance(text, bytes) else text

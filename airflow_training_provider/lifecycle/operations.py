@@ -263,6 +263,7 @@ class JobOperations:
             now = self.clock()
             if until(job) or (deadline is not None and now >= deadline):
                 return job, cursor
+            job = events = None  # not kept while sleeping: thousands of triggers wait at once
             yield Sleep(interval if deadline is None else max(0.0, min(interval, deadline - now)))
 
     def _poll_job(self, request: ApiRequest) -> Operation[TrainingJob]:

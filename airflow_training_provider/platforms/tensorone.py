@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
+from functools import lru_cache
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, PositiveInt
@@ -22,7 +23,6 @@ from airflow_training_provider.models import (
     Checkpoint,
     Cost,
     JobState,
-    Progress,
     TrainingJob,
 )
 from airflow_training_provider.platforms.base import ApiRequest, Capabilities, Dialect, WireModel
@@ -100,6 +100,10 @@ class WirePoll(_Wire):
     error: str | dict[str, Any] | None = None
     message: str | None = None
     consoleUrl: str | None = None
+
+
+_NO_PROGRESS = WireProgress()
+_NO_COSTS = WireCosts()
 
 
 class WireCancellationDetails(_Wire):
@@ -234,6 +238,11 @@ def parse_duration(value: str | float | None) -> float | None:
         return None
     if isinstance(value, int | float):
         return float(value)
+    return _parse_duration_text(value)
+
+
+@lru_cache(maxsize=1024)
+def _parse_duration_text(value: str) -> float | None:
     parts = _DURATION.findall(value)
     return sum(float(n) * _UNIT_SECONDS[u] for n, u in parts) if parts else None
 
@@ -347,37 +356,40 @@ class TensorOneDialect(Dialect):
         return self._job(WirePoll.model_validate(body))
 
     def _job(self, wire: WireJob | WirePoll) -> TrainingJob:
-        progress = wire.progress or WireProgress()
-        costs = wire.costs or WireCosts()
+        progress = wire.progress or _NO_PROGRESS
+        costs = wire.costs or _NO_COSTS
         estimated = (wire.estimatedCost or {}).get("totalCost")
         message = wire.message
         if isinstance(wire.error, dict):
             message = message or wire.error.get("message")
         elif wire.error and not message:
             message = wire.error
-        return TrainingJob(
-            id=wire.jobId,
-            platform=self.name,
-            state=self.map_status(wire.status),
-            raw_status=wire.status,
-            message=message,
-            progress=Progress(
-                epoch=progress.currentEpoch,
-                total_epochs=progress.totalEpochs,
-                step=progress.currentStep,
-                total_steps=progress.totalSteps,
-                percent=progress.percentComplete,
-                eta_seconds=parse_duration(progress.estimatedTimeRemaining),
-            ),
-            metrics=_numeric_metrics(wire.metrics),
-            cost=Cost(
-                total_usd=costs.currentCost,
-                estimated_total_usd=costs.estimatedTotalCost
-                if costs.estimatedTotalCost is not None
-                else estimated,
-                breakdown_usd=costs.costBreakdown,
-            ),
-            console_url=wire.consoleUrl,
+        # one validation of nested dicts: this runs on every poll of every waiting job
+        return TrainingJob.model_validate(
+            {
+                "id": wire.jobId,
+                "platform": self.name,
+                "state": self.map_status(wire.status),
+                "raw_status": wire.status,
+                "message": message,
+                "progress": {
+                    "epoch": progress.currentEpoch,
+                    "total_epochs": progress.totalEpochs,
+                    "step": progress.currentStep,
+                    "total_steps": progress.totalSteps,
+                    "percent": progress.percentComplete,
+                    "eta_seconds": parse_duration(progress.estimatedTimeRemaining),
+                },
+                "metrics": _numeric_metrics(wire.metrics),
+                "cost": {
+                    "total_usd": costs.currentCost,
+                    "estimated_total_usd": estimated
+                    if costs.estimatedTotalCost is None
+                    else costs.estimatedTotalCost,
+                    "breakdown_usd": costs.costBreakdown,
+                },
+                "console_url": wire.consoleUrl,
+            }
         )
 
     @staticmethod

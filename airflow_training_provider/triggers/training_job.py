@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
@@ -141,15 +141,16 @@ class TrainingJobTrigger(BaseTrigger):
             report = JobReport(self.log, cursor or 0)
             wrote_events_at = 0.0
 
-            async def write(step: Step) -> None:
+            def write(step: Step) -> Awaitable[None] | None:
                 nonlocal wrote_events_at
                 report(step)
-                if isinstance(step, NewEvents):
+                if isinstance(step, NewEvents):  # a poll's progress is synchronous: no coroutine per poll
                     wrote_events_at = time.monotonic()
                     # Written first, then the cursor saved (shielded: a triggerer shutdown does not
                     # stop the save): an event is repeated only if the process dies in between,
                     # never lost — log lines written after a cancellation do not reach the task log.
-                    await self._save_cursor(step.cursor)
+                    return self._save_cursor(step.cursor)
+                return None
 
             if polling.spread_polls:
                 delay = poll_phase_delay(self.job_id, polling.poll_interval, time.time())

@@ -8,6 +8,7 @@ from tenacity import Retrying
 from airflow_training_provider.errors import JobStateConflictError, TransientPlatformError
 from airflow_training_provider.hooks.connection import base_url_of
 from airflow_training_provider.hooks.transport import (
+    PreparedRequests,
     RetryPolicy,
     decode_response,
     join_url,
@@ -24,6 +25,29 @@ CREATE = ApiRequest("POST", "/v2/training/jobs", body={}, idempotent=False)
 
 def test_ok_body_decoded():
     assert decode_response(D, GET, 200, {}, '{"a": 1}') == {"a": 1}
+
+
+def test_a_body_is_decoded_from_bytes_and_an_error_text_from_bytes_too():
+    assert decode_response(D, GET, 200, {}, b'{"a": "\xc3\xa9"}') == {"a": "é"}
+    with pytest.raises(TransientPlatformError, match="malformed.*oops"):
+        decode_response(D, GET, 200, {}, b"<html>oops \xff")
+    with pytest.raises(JobStateConflictError, match="done"):
+        decode_response(D, GET, 409, {}, b'{"error": "STATE_CONFLICT", "message": "done"}')
+
+
+def test_a_bearer_request_polled_again_is_prepared_once_a_signed_one_every_time():
+    from airflow_training_provider.platforms.sagemaker import SageMakerDialect
+
+    bearer = PreparedRequests(D, "http://p", Credentials(api_key="k"))
+    first = bearer(GET)
+    assert bearer(GET) is first and first.headers["Authorization"] == "Bearer k"
+    assert bearer(ApiRequest("GET", "/v2/training/jobs/j")) is not first  # another request object
+    sagemaker = SageMakerDialect()
+    signed = PreparedRequests(
+        sagemaker, "http://p", Credentials(access_key_id="AKIDEXAMPLE", secret_access_key="s", region="us-east-1")
+    )
+    describe = sagemaker.get_request("job-1")
+    assert not signed.reusable and signed(describe) is not signed(describe)
 
 
 def test_malformed_2xx_body_is_transient():
