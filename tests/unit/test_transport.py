@@ -44,7 +44,9 @@ def test_a_bearer_request_polled_again_is_prepared_once_a_signed_one_every_time(
     assert bearer(ApiRequest("GET", "/v2/training/jobs/j")) is not first  # another request object
     sagemaker = SageMakerDialect()
     signed = PreparedRequests(
-        sagemaker, "http://p", Credentials(access_key_id="AKIDEXAMPLE", secret_access_key="s", region="us-east-1")
+        sagemaker,
+        "http://p",
+        Credentials(access_key_id="AKIDEXAMPLE", secret_access_key="s", region="us-east-1"),
     )
     describe = sagemaker.get_request("job-1")
     assert not signed.reusable and signed(describe) is not signed(describe)
