@@ -34,9 +34,11 @@ ui: $(STAMP) postgres
 	$(BIN)/python -m airflow_training_provider.testing.devstack --workdir .ui --dags-folder example_dags
 
 # What a waiting job costs the triggerer: the trigger against baselines at 1,000/5,000/10,000 pollers
-# (not part of `make test`; about 15 minutes).
+# (not part of `make test`; about 20 minutes; writes docs/images/trigger-cpu-per-poll.png).
 bench: $(STAMP)
-	$(BIN)/python scripts/bench_triggers.py --sizes 1000,5000,10000 --interval 1,1,30 --window 20
+	$(BIN)/uv pip install -q --python $(BIN)/python -c constraints.txt -e ".[bench]"
+	$(BIN)/python scripts/bench_triggers.py --sizes 1000,5000,10000 --interval 1,1,30 --window 20 \
+		--plot docs/images/trigger-cpu-per-poll.png
 
 # The fast tier: pure logic and in-process runs against the local platform (under a minute).
 fast: $(STAMP)

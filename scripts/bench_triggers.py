@@ -1,7 +1,8 @@
 """`make bench`: what a waiting training job costs the triggerer, against baselines, in one run.
 
-N pollers run in ONE event loop in this process, as the triggerer runs triggers, against a minimal
-loopback HTTP stub in another process that answers a documented TensorOne job body (a running job)
+N pollers run in ONE event loop, as the triggerer runs triggers, in a fresh process per variant and
+size with Airflow and the provider imported (as in a triggerer), against a minimal loopback HTTP
+stub in another process that answers a documented TensorOne job body (a running job)
 and counts requests and new TCP connections. Variants:
 
 * ``product``   — the real ``TrainingJobTrigger.run()`` (TensorOne connection to the stub);
@@ -230,6 +231,9 @@ async def run_variant(variant: str, pollers: int, interval: float, window: float
                 result.gc_full.append(gc_pauses[-1])
 
     gc.callbacks.append(on_gc)
+    debug = asyncio.get_running_loop().get_debug()
+    if debug:  # a slow callback is then the code's own, not a collection that happened to run in it
+        gc.disable()
     stop = asyncio.Event()
 
     async def ticker() -> None:
@@ -246,6 +250,8 @@ async def run_variant(variant: str, pollers: int, interval: float, window: float
     result.cpu = time.process_time() - cpu0
     elapsed = time.monotonic() - t0
     gc.callbacks.remove(on_gc)
+    if debug:
+        gc.enable()
     logging.getLogger("asyncio").removeHandler(slow)
     stop.set()
     await tick
@@ -261,6 +267,31 @@ async def run_variant(variant: str, pollers: int, interval: float, window: float
         await shared.close()
     await asyncio.sleep(0.5)  # let closed sessions release their connections
     return result
+
+
+def _run_in_fresh_process(
+    variant: str, size: int, interval: float, window: float, url: str, debug: bool
+) -> Result:
+    """One variant at one size in a process of its own: its heap, memory and GC are its own."""
+    cmd = [sys.executable, __file__, "--one", variant, str(size), str(interval), str(window), url]
+    out = subprocess.run(
+        cmd + (["--asyncio-debug"] if debug else []), capture_output=True, text=True, check=True
+    )
+    return Result(**json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def _one(variant: str, size: int, interval: float, window: float, url: str, debug: bool) -> int:
+    import dataclasses
+
+    # Every variant runs beside Airflow and the provider, imported as in a triggerer process.
+    import airflow_training_provider.triggers.training_job  # noqa: F401
+
+    logging.getLogger("airflow").setLevel(logging.WARNING)
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # a new session per poll: many sockets
+    result = asyncio.run(run_variant(variant, size, interval, window, url), debug=debug)
+    print(json.dumps(dataclasses.asdict(result)))
+    return 0
 
 
 def pct(values: list[float], q: float) -> float:
@@ -280,25 +311,25 @@ def main() -> int:
     parser.add_argument(
         "--asyncio-debug",
         action="store_true",
-        help="run the loop in asyncio debug mode and report callbacks that held it over 100 ms",
+        help="run the loop in asyncio debug mode (GC off while measuring) and report callbacks that "
+        "held it over 100 ms",
     )
     parser.add_argument("--serve", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--one", nargs=5, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve is not None:
         serve(args.serve)
         return 0
+    if args.one is not None:
+        variant, size, interval, window, url = args.one
+        return _one(variant, int(size), float(interval), float(window), url, args.asyncio_debug)
     from airflow_training_provider.local_platform.server import free_port
 
-    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # a new session per poll: many sockets
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     os.environ["AIRFLOW_CONN_BENCH"] = json.dumps(
         {"conn_type": "tensorone", "host": url, "password": API_KEY}
     )
-    import logging
-
-    logging.getLogger("airflow").setLevel(logging.WARNING)
     stub = subprocess.Popen([sys.executable, __file__, "--serve", str(port)])
     results: list[Result] = []
     try:
@@ -317,7 +348,7 @@ def main() -> int:
             for variant in args.variants.split(","):
                 if variant == "lookup" and size > 1000:
                     continue  # the slowest baseline saturates the loop long before
-                r = asyncio.run(run_variant(variant, size, interval, window, url), debug=args.asyncio_debug)
+                r = _run_in_fresh_process(variant, size, interval, window, url, args.asyncio_debug)
                 results.append(r)
                 print(
                     f"{variant:8s} n={size:6d} every {interval:4.0f} s: {r.cpu_per_poll_us:7.0f} µs/poll, "
@@ -330,7 +361,7 @@ def main() -> int:
                     flush=True,
                 )
                 for message in r.slow_callbacks[:5]:
-                    print(f"    {message[:300]}")
+                    print(f"    {message[:120]} ... {message[-60:]}")
     finally:
         stub.terminate()
         stub.wait(10)
