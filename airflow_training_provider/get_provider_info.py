@@ -43,6 +43,23 @@ def get_provider_info() -> dict[str, Any]:
         },
         "extra-links": ["airflow_training_provider.links.TrainingJobConsoleLink"],
         "plugins": [{"name": "training_job_view", "plugin-class": PLUGIN_CLASS}],
+        "config": {
+            "training_provider": {
+                "description": "Settings of airflow-training-provider.",
+                "options": {
+                    "triggerer_gc_freeze_interval": {
+                        "description": "Seconds between freezes of a triggerer's long-lived heap out of "
+                        "garbage collection (gc.freeze), started by the first training trigger of the "
+                        "process; 0 is off. For triggerers running thousands of training triggers, "
+                        "whose full collections otherwise pause every trigger (docs/scale.md).",
+                        "version_added": "0.1.0",
+                        "type": "float",
+                        "example": "300",
+                        "default": "0",
+                    }
+                },
+            }
+        },
         "connection-types": [
             entry
             for p in platforms

@@ -270,12 +270,15 @@ async def run_variant(variant: str, pollers: int, interval: float, window: float
 
 
 def _run_in_fresh_process(
-    variant: str, size: int, interval: float, window: float, url: str, debug: bool
+    variant: str, size: int, interval: float, window: float, url: str, debug: bool, gc_freeze: float
 ) -> Result:
     """One variant at one size in a process of its own: its heap, memory and GC are its own."""
     cmd = [sys.executable, __file__, "--one", variant, str(size), str(interval), str(window), url]
+    env = dict(os.environ)
+    if gc_freeze and variant == "product":
+        env["AIRFLOW__TRAINING_PROVIDER__TRIGGERER_GC_FREEZE_INTERVAL"] = str(gc_freeze)
     out = subprocess.run(
-        cmd + (["--asyncio-debug"] if debug else []), capture_output=True, text=True, check=True
+        cmd + (["--asyncio-debug"] if debug else []), capture_output=True, text=True, check=True, env=env
     )
     return Result(**json.loads(out.stdout.strip().splitlines()[-1]))
 
@@ -314,6 +317,12 @@ def main() -> int:
         help="run the loop in asyncio debug mode (GC off while measuring) and report callbacks that "
         "held it over 100 ms",
     )
+    parser.add_argument(
+        "--gc-freeze",
+        type=float,
+        default=0.0,
+        help="run the product with [training_provider] triggerer_gc_freeze_interval = this (seconds)",
+    )
     parser.add_argument("--serve", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--one", nargs=5, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -348,7 +357,9 @@ def main() -> int:
             for variant in args.variants.split(","):
                 if variant == "lookup" and size > 1000:
                     continue  # the slowest baseline saturates the loop long before
-                r = _run_in_fresh_process(variant, size, interval, window, url, args.asyncio_debug)
+                r = _run_in_fresh_process(
+                    variant, size, interval, window, url, args.asyncio_debug, args.gc_freeze
+                )
                 results.append(r)
                 print(
                     f"{variant:8s} n={size:6d} every {interval:4.0f} s: {r.cpu_per_poll_us:7.0f} µs/poll, "

@@ -252,6 +252,22 @@ class AirflowStack:
             time.sleep(0.5)
         raise AssertionError(f"{dag_id}/{run_id}/{task_id} never reached {states}: {ti.get('state')}")
 
+    def wait_trigger_running(
+        self, dag_id: str, run_id: str, task_id: str, timeout: float = 60.0, settle: float = 1.5
+    ) -> dict:
+        """Wait until the deferred task's trigger is claimed by a triggerer, then ``settle`` seconds
+        for the triggerer to start it. A task failed before that has no trigger running: nothing of
+        the try runs any more (no ``on_kill``), so a kill-path case "while deferred" starts here."""
+        deadline = time.monotonic() + timeout
+        ti: dict = {}
+        while time.monotonic() < deadline:
+            ti = self.ti(dag_id, run_id, task_id)
+            if ti["state"] == "deferred" and (ti.get("trigger") or {}).get("triggerer_id") is not None:
+                time.sleep(settle)
+                return ti
+            time.sleep(0.3)
+        raise AssertionError(f"{dag_id}/{run_id}/{task_id}: no triggerer took its trigger: {ti}")
+
     def set_ti_state(self, dag_id: str, run_id: str, task_id: str, state: str) -> None:
         self.call(
             "PATCH", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}", json={"new_state": state}

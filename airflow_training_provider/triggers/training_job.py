@@ -35,6 +35,7 @@ from airflow_training_provider.task_instance_lookup import (
     set_event_cursor,
     task_instance_state,
 )
+from airflow_training_provider.triggers.heap import start_gc_freezer
 
 # Strong references to in-flight on_kill cancellations: a task only weakly referenced by the loop
 # could be garbage-collected mid-cancel.
@@ -131,6 +132,7 @@ class TrainingJobTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         polling = self.polling
+        start_gc_freezer()  # opt-in, once per triggerer process (see triggers/heap.py)
         hook = AsyncTrainingPlatformHook(
             self.conn_id, RetryPolicy(call_timeout=min(30.0, polling.poll_interval * 2 + 5))
         )

@@ -25,7 +25,7 @@ from typing import Any
 import requests
 
 from airflow_training_provider.local_platform.control import LocalPlatformControl
-from airflow_training_provider.testing.killpaths.flavors import FLAVORS, Flavor
+from airflow_training_provider.testing.killpaths.flavors import FLAVORS, Flavor, flavor_of
 from airflow_training_provider.testing.stack import AirflowStack
 
 
@@ -70,6 +70,18 @@ class Platform(LocalPlatformControl):
         """The jobs a DAG run submitted (by their identity tags), oldest first."""
         return self.jobs(tags=[f"airflow-dag:{dag_id}", *([f"airflow-run:{run_id}"] if run_id else [])])
 
+    def wait_polled(self, job: dict, timeout: float = 60.0) -> None:
+        """Wait for the next status poll of ``job`` (a pass-through fault rule counts it)."""
+        rule = self.add_fault(**flavor_of(job).poll_rule(job["job_id"]), count=1)["id"]
+        deadline = time.monotonic() + timeout
+        try:
+            while self.fault(rule)["fired"] < 1:
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"nobody polled job {job['job_id']} for {timeout:.0f} s")
+                time.sleep(0.2)
+        finally:
+            self.clear_faults(rule_id=rule)
+
     def wait_running(
         self, dag_id: str, run_id: str, count: int = 1, min_epochs: int = 1, timeout: float = 120
     ) -> dict:
@@ -99,9 +111,13 @@ def _xcom(stack: AirflowStack, dag_id: str, run_id: str, key: str, timeout: floa
 
 
 def _start_deferred(stack: AirflowStack, platform: Platform, dag_id: str) -> tuple[str, dict]:
+    """Trigger ``dag_id``; return once its job runs and the **trigger** polls it. A task killed
+    before a triggerer has started its trigger has nothing of the try running (no ``on_kill``):
+    only the reaper finds that job (K18), so "while deferred" cases start after the first poll."""
     run_id = stack.trigger(dag_id)
     job = platform.wait_running(dag_id, run_id)
-    stack.wait_ti(dag_id, run_id, "train", {"deferred"})
+    stack.wait_trigger_running(dag_id, run_id, "train", settle=0)
+    platform.wait_polled(job)
     return run_id, job
 
 
@@ -158,7 +174,7 @@ def k2_clear(stack, platform, flavor: Flavor) -> Outcome:
     stack.clear_ti(dag, run_id, "train")
     new = platform.wait_running(dag, run_id, count=2)
     old = platform.job(old["job_id"])
-    stack.wait_ti(dag, run_id, "train", {"deferred"})
+    stack.wait_trigger_running(dag, run_id, "train")
     outcome = _finish(
         stack,
         platform,
