@@ -110,12 +110,19 @@ def _xcom(stack: AirflowStack, dag_id: str, run_id: str, key: str, timeout: floa
         time.sleep(0.5)
 
 
-def _start_deferred(stack: AirflowStack, platform: Platform, dag_id: str) -> tuple[str, dict]:
+def _start_deferred(
+    stack: AirflowStack, platform: Platform, dag_id: str, until_polled: bool = True
+) -> tuple[str, dict]:
     """Trigger ``dag_id``; return once its job runs and the **trigger** polls it. A task killed
     before a triggerer has started its trigger has nothing of the try running (no ``on_kill``):
-    only the reaper finds that job (K18), so "while deferred" cases start after the first poll."""
+    only the reaper finds that job (K18), so "while deferred" cases start after the first poll.
+    ``until_polled=False``: as soon as the task is deferred (a case that faults the trigger's
+    polls must be in place before they start)."""
     run_id = stack.trigger(dag_id)
     job = platform.wait_running(dag_id, run_id)
+    if not until_polled:
+        stack.wait_ti(dag_id, run_id, "train", {"deferred"})
+        return run_id, job
     stack.wait_trigger_running(dag_id, run_id, "train", settle=0)
     platform.wait_polled(job)
     return run_id, job
@@ -439,7 +446,7 @@ def k13b_worker_crash_adopt(stack, platform, flavor: Flavor) -> Outcome:
 # -- K14–K16: platform faults, outside cancels -------------------------------------------------------
 def k14_flaky_polling(stack, platform, flavor: Flavor) -> Outcome:
     dag = flavor.dag("kp_short_deferred")
-    run_id, job = _start_deferred(stack, platform, dag)
+    run_id, job = _start_deferred(stack, platform, dag, until_polled=False)  # a 12 s job
     rules = (
         {"status": 503},
         {"status": 429, "retry_after": 3},
