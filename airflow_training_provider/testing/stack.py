@@ -39,11 +39,15 @@ class Component:
         """Signal the component's whole process group (it was made a group leader at start)."""
         os.killpg(self.proc.pid, sig)
 
-    def stop(self, timeout: float = 20.0) -> None:
+    def stop(self, timeout: float = 20.0, signalled: bool = False) -> None:
+        """SIGTERM the component (unless ``signalled``: already sent), wait ``timeout`` seconds
+        for it to exit, then SIGKILL. One SIGTERM only, as a deployment sends: a second one makes
+        Airflow's triggerer and scheduler force their exit (the triggerer SIGKILLs its runner)."""
         if self.proc.poll() is not None:
             return
         try:
-            self.signal(signal.SIGTERM)
+            if not signalled:
+                self.signal(signal.SIGTERM)
             self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.signal(signal.SIGKILL)
@@ -179,14 +183,16 @@ class AirflowStack:
 
     def stop(self) -> None:
         """SIGTERM every component at once, then wait for each (SIGKILL after a timeout)."""
-        for component in self.components.values():
+        signalled = set()
+        for name, component in self.components.items():
             if component.proc.poll() is None:
                 try:
                     component.signal(signal.SIGTERM)
+                    signalled.add(name)
                 except ProcessLookupError:
                     pass
-        for component in reversed(list(self.components.values())):
-            component.stop()
+        for name, component in reversed(list(self.components.items())):
+            component.stop(signalled=name in signalled)
 
     def triggerers(self) -> list[Component]:
         return [c for n, c in self.components.items() if n.startswith("triggerer") and c.proc.poll() is None]

@@ -16,6 +16,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 from asgiref.sync import sync_to_async
+from tenacity import AsyncRetrying, stop_after_attempt, wait_exponential
 
 from airflow_training_provider.cancellation import CancelPolicy, Decision, GiveUp
 from airflow_training_provider.hooks.training_async import AsyncTrainingPlatformHook
@@ -43,6 +44,8 @@ _BACKGROUND_CANCELS: set[asyncio.Task] = set()
 
 #: seconds the event waits after the last events were written to the log (see ``run``).
 LOG_DRAIN_SECONDS = 2.0
+#: tries to read the saved event cursor when the trigger starts (1 s, 2 s apart).
+CURSOR_READ_ATTEMPTS = 3
 
 _POLICY_FIELDS = frozenset(CancelPolicy.model_fields)
 _POLLING_FIELDS = frozenset(Polling.model_fields)
@@ -182,12 +185,19 @@ class TrainingJobTrigger(BaseTrigger):
         yield TriggerEvent(outcome.model_dump(mode="json"))
 
     async def _load_cursor(self) -> int:
+        """The saved event cursor; a few tries, since a triggerer that has just started may not
+        reach the API server yet. Unreadable (no XCom access, e.g. ``dag.test``): the kwarg's
+        cursor is used, and events written since the deferral may be written again."""
         if self.identity is None:
             return 0
         try:
-            value = await sync_to_async(get_event_cursor)(self.identity)
-        except Exception as exc:  # noqa: BLE001 - no XCom access (e.g. dag.test): keep the kwarg cursor
-            self.log.debug("event cursor not readable: %s", exc)
+            async for attempt in AsyncRetrying(
+                stop=stop_after_attempt(CURSOR_READ_ATTEMPTS), wait=wait_exponential(1, max=4), reraise=True
+            ):
+                with attempt:
+                    value = await sync_to_async(get_event_cursor)(self.identity)
+        except Exception as exc:  # noqa: BLE001
+            self.log.warning("Event cursor not readable (%s): events may be written to the log again", exc)
             return 0
         return int(value or 0)
 
@@ -198,8 +208,8 @@ class TrainingJobTrigger(BaseTrigger):
             await asyncio.shield(sync_to_async(set_event_cursor)(self.identity, cursor))
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # noqa: BLE001
-            self.log.debug("event cursor not saved: %s", exc)
+        except Exception as exc:  # noqa: BLE001 - the events are written; a restart may repeat them
+            self.log.warning("Event cursor %d not saved (%s)", cursor, exc)
 
     # -- on_kill: a user gave up on the task (or, in 3.3.2, the trigger moved to another triggerer) --
     async def on_kill(self) -> None:

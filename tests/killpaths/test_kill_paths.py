@@ -229,8 +229,16 @@ def test_k19_platform_auto_cancel_fails_task_with_the_event(outcome):
 @scenario("k20_events_across_triggerer_restart")
 def test_k20_each_event_once_in_order_across_triggerer_restart(outcome):
     assert outcome.ti_state == "success"
-    entries = [json.loads(line).get("event", "") for line in outcome.notes["log"].splitlines()]
-    logged = [e for e in entries if e.startswith("Platform event")]
+    records = [json.loads(line) for line in outcome.notes["log"].splitlines()]
+    logged = [r.get("event", "") for r in records if r.get("event", "").startswith("Platform event")]
     platform_events = [(e["type"], e["message"]) for e in outcome.notes["events"]]
     seen = [next((ev for ev in platform_events if f"[{ev[0]}] {ev[1]}" in line), line) for line in logged]
-    assert seen == platform_events, "events missing, repeated or out of order in the task log"
+    # on failure: when each event line was written, and what the trigger said about its cursor
+    trail = [
+        f"{r.get('timestamp', '')} {r.get('event', '')}"
+        for r in records
+        if r.get("event", "").startswith("Platform event") or "cursor" in r.get("event", "").lower()
+    ]
+    assert seen == platform_events, "events missing, repeated or out of order in the task log:\n" + "\n".join(
+        trail
+    )

@@ -541,7 +541,7 @@ def _stop_triggerers(stack) -> list[str]:
     for name in names:
         stack.components[name].signal(signal.SIGTERM)
     for name in names:
-        stack.components[name].stop()
+        stack.components[name].stop(signalled=True)
     return names
 
 
