@@ -201,6 +201,10 @@ async def run_variant(variant: str, pollers: int, interval: float, window: float
 
     requests.post(f"{url}/_reset", timeout=10)
     result = Result(variant, pollers, interval)
+    if variant != "product":  # the product's first trigger starts it (when the setting is on)
+        from airflow_training_provider.triggers.heap import start_gc_freezer
+
+        start_gc_freezer()
     shared = aiohttp.ClientSession() if variant == "ideal" else None
     await _warm_up(variant, url, shared)  # imports and first-use caches are not per-poller memory
     gc.collect()
@@ -216,7 +220,9 @@ async def run_variant(variant: str, pollers: int, interval: float, window: float
             await _new_session(i, interval, url, lookup=variant == "lookup")
 
     tasks = [asyncio.ensure_future(start(i)) for i in range(pollers)]
-    await asyncio.sleep(interval + min(5.0, interval))  # every poller started and polled once
+    # every poller started (within one interval) and polled once (the product first waits for its
+    # job's phase in the interval: within one more)
+    await asyncio.sleep(2 * interval + min(5.0, interval))
     rss1 = _rss()
     requests.post(f"{url}/_reset", timeout=10)
     gc_pauses: list[float] = []
@@ -275,7 +281,7 @@ def _run_in_fresh_process(
     """One variant at one size in a process of its own: its heap, memory and GC are its own."""
     cmd = [sys.executable, __file__, "--one", variant, str(size), str(interval), str(window), url]
     env = dict(os.environ)
-    if gc_freeze and variant == "product":
+    if gc_freeze:  # the product reads it as a triggerer would; the baselines get the same freezer
         env["AIRFLOW__TRAINING_PROVIDER__TRIGGERER_GC_FREEZE_INTERVAL"] = str(gc_freeze)
     out = subprocess.run(
         cmd + (["--asyncio-debug"] if debug else []), capture_output=True, text=True, check=True, env=env
@@ -321,7 +327,8 @@ def main() -> int:
         "--gc-freeze",
         type=float,
         default=0.0,
-        help="run the product with [training_provider] triggerer_gc_freeze_interval = this (seconds)",
+        help="[training_provider] triggerer_gc_freeze_interval = this (seconds) for the product, and "
+        "the same freezer in the baselines' processes",
     )
     parser.add_argument("--serve", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--one", nargs=5, default=None, help=argparse.SUPPRESS)

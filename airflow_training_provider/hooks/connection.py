@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cache
 from typing import Any
 
 from airflow_training_provider.errors import PlatformAuthError
@@ -20,6 +20,11 @@ from airflow_training_provider.platforms.base import Credentials, Dialect
 from airflow_training_provider.platforms.descriptor import PlatformDescriptor, base_url_of
 
 __all__ = ["PlatformConnection", "base_url_of"]
+
+
+@cache
+def _dialect_of(dialect: type[Dialect]) -> Dialect:
+    return dialect()
 
 
 @dataclass(frozen=True)
@@ -51,9 +56,10 @@ class PlatformConnection:
         parts = platform.connect(conn)
         return cls(conn.conn_id, platform, parts.base_url, parts.credentials, parts.transport_extra)
 
-    @cached_property
+    @property
     def dialect(self) -> Dialect:
-        return self.platform.dialect()
+        """The platform's dialect: one instance per process (dialects hold no state)."""
+        return _dialect_of(self.platform.dialect)
 
     def transport_connection(self) -> Any:
         """The connection the HTTP provider's hooks see: base URL as host, transport extras only,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -44,24 +44,38 @@ class _Shared:
 _SHARED: dict[tuple[Any, ...], _Shared] = {}
 
 
-@asynccontextmanager
-async def shared_session(key: tuple[Any, ...], make: Callable[[], aiohttp.ClientSession]):
-    """The session for ``key`` in this event loop, made by ``make()`` for its first user and closed
-    when its last user leaves. ``key`` must tell apart everything the session carries (endpoint,
-    credentials, headers, options)."""
+def _acquire(
+    key: tuple[Any, ...], make: Callable[[], aiohttp.ClientSession]
+) -> tuple[tuple[Any, ...], _Shared]:
+    """Join the session for ``key`` in this event loop (made by ``make()`` for its first user);
+    returns what to :func:`_release` it with."""
     key = (id(asyncio.get_running_loop()), *key)
     entry = _SHARED.get(key)
     if entry is None or entry.session.closed:
         entry = _SHARED[key] = _Shared(make())
     entry.users += 1
+    return key, entry
+
+
+async def _release(key: tuple[Any, ...], entry: _Shared) -> None:
+    """Leave ``entry``; its last user closes its session."""
+    entry.users -= 1
+    if entry.users == 0:
+        if _SHARED.get(key) is entry:
+            del _SHARED[key]
+        await entry.session.close()
+
+
+@asynccontextmanager
+async def shared_session(key: tuple[Any, ...], make: Callable[[], aiohttp.ClientSession]):
+    """The session for ``key`` in this event loop, made by ``make()`` for its first user and closed
+    when its last user leaves. ``key`` must tell apart everything the session carries (endpoint,
+    credentials, headers, options)."""
+    key, entry = _acquire(key, make)
     try:
         yield entry.session
     finally:
-        entry.users -= 1
-        if entry.users == 0:
-            if _SHARED.get(key) is entry:
-                del _SHARED[key]
-            await entry.session.close()
+        await _release(key, entry)
 
 
 def _credentials_key(connection: PlatformConnection, conn_id: str) -> str:
@@ -93,9 +107,15 @@ class AsyncTrainingPlatformHook(HttpAsyncHook):
             return self._platform_connection.transport_connection()
         return await BaseHook.aget_connection(conn_id)
 
-    @asynccontextmanager
-    async def client(self) -> AsyncIterator[AsyncTrainingPlatformClient]:
-        """Resolve the connection once and yield a client bound to one HTTP session."""
+    def client(self) -> _OpenClient:
+        """``async with hook.client() as client``: resolve the connection once and give a client
+        bound to the shared HTTP session (:func:`shared_session`), left when the block ends."""
+        return _OpenClient(self)
+
+    async def _open(self) -> tuple[AsyncTrainingPlatformClient, tuple[tuple[Any, ...], _Shared]]:
+        """The client and its session key (to release). What resolving needed (the Airflow
+        connection, the HTTP provider's config) is dropped on return: a waiting trigger keeps
+        only the client."""
         conn = await get_async_connection(self.conn_id)
         # in a thread: a cloud platform may create a session here (e.g. AWS assume-role calls STS)
         self._platform_connection = await asyncio.to_thread(PlatformConnection.resolve, conn)
@@ -117,15 +137,40 @@ class AsyncTrainingPlatformHook(HttpAsyncHook):
                 cookie_jar=aiohttp.DummyCookieJar(),  # shared: no cookie of one trigger reaches another
             )
 
-        key = (
-            platform.base_url,
-            _credentials_key(platform, self.conn_id),
-            tuple(sorted(headers.items())),
-            tuple(sorted(options.items())),
-            self.retry_policy.call_timeout,
+        shared = _acquire(
+            (
+                platform.base_url,
+                _credentials_key(platform, self.conn_id),
+                tuple(sorted(headers.items())),
+                tuple(sorted(options.items())),
+                self.retry_policy.call_timeout,
+            ),
+            make,
         )
-        async with shared_session(key, make) as session:
-            yield AsyncTrainingPlatformClient(session, platform, self.retry_policy, options)
+        client = AsyncTrainingPlatformClient(shared[1].session, platform, self.retry_policy, options)
+        return client, shared
+
+
+class _OpenClient:
+    """The ``async with`` of :meth:`AsyncTrainingPlatformHook.client`: a plain object rather than
+    a generator, so that a waiting trigger holds two small objects instead of a suspended frame."""
+
+    __slots__ = ("_hook", "_shared")
+
+    def __init__(self, hook: AsyncTrainingPlatformHook) -> None:
+        self._hook: AsyncTrainingPlatformHook | None = hook
+        self._shared: tuple[tuple[Any, ...], _Shared] | None = None
+
+    async def __aenter__(self) -> AsyncTrainingPlatformClient:
+        assert self._hook is not None, "a hook.client() context is entered once"
+        client, self._shared = await self._hook._open()
+        self._hook = None
+        return client
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._shared is not None:
+            shared, self._shared = self._shared, None
+            await _release(*shared)
 
 
 class AsyncTrainingPlatformClient(JobApi):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
@@ -49,6 +49,26 @@ CURSOR_READ_ATTEMPTS = 3
 
 _POLICY_FIELDS = frozenset(CancelPolicy.model_fields)
 _POLLING_FIELDS = frozenset(Polling.model_fields)
+
+
+class _CursorSavingReport(JobReport):
+    """The trigger's :class:`JobReport`: after writing new events it returns the save of the event
+    cursor for the driver to await. Written first, then saved (shielded: a triggerer shutdown does
+    not stop the save): an event is repeated only if the process dies in between, never lost — log
+    lines written after a cancellation do not reach the task log. A poll's progress is written
+    synchronously (no coroutine per poll)."""
+
+    def __init__(self, log: Any, cursor: int, save: Callable[[int], Awaitable[None]]) -> None:
+        super().__init__(log, cursor)
+        self._save = save
+        self.wrote_events_at = 0.0  # time.monotonic() of the last events written
+
+    def __call__(self, step: Step) -> Awaitable[None] | None:  # type: ignore[override]
+        super().__call__(step)
+        if isinstance(step, NewEvents):
+            self.wrote_events_at = time.monotonic()
+            return self._save(step.cursor)
+        return None
 
 
 class TrainingJobTrigger(BaseTrigger):
@@ -136,27 +156,12 @@ class TrainingJobTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         polling = self.polling
         start_gc_freezer()  # opt-in, once per triggerer process (see triggers/heap.py)
-        hook = AsyncTrainingPlatformHook(
-            self.conn_id, RetryPolicy(call_timeout=min(30.0, polling.poll_interval * 2 + 5))
-        )
-        async with hook.client() as client:
+        retry = RetryPolicy(call_timeout=min(30.0, polling.poll_interval * 2 + 5))
+        async with AsyncTrainingPlatformHook(self.conn_id, retry).client() as client:  # the hook is not kept
             cursor = None
             if client.dialect.capabilities.events:
                 cursor = max(self.event_cursor, await self._load_cursor())
-            report = JobReport(self.log, cursor or 0)
-            wrote_events_at = 0.0
-
-            def write(step: Step) -> Awaitable[None] | None:
-                nonlocal wrote_events_at
-                report(step)
-                if isinstance(step, NewEvents):  # a poll's progress is synchronous: no coroutine per poll
-                    wrote_events_at = time.monotonic()
-                    # Written first, then the cursor saved (shielded: a triggerer shutdown does not
-                    # stop the save): an event is repeated only if the process dies in between,
-                    # never lost — log lines written after a cancellation do not reach the task log.
-                    return self._save_cursor(step.cursor)
-                return None
-
+            report = _CursorSavingReport(self.log, cursor or 0, self._save_cursor)
             if polling.spread_polls:
                 delay = poll_phase_delay(self.job_id, polling.poll_interval, time.time())
                 if self.deadline is not None:
@@ -165,7 +170,7 @@ class TrainingJobTrigger(BaseTrigger):
             wait = wait_for_job(
                 client.ops, self.job_id, polling, self.policy, self.deadline, cursor, self.deadline_kind
             )
-            outcome = await client.drive(wait, write)
+            outcome = await client.drive(wait, report)
         if isinstance(outcome, DeadlineReached):
             if outcome.cancel is not None:
                 self.log.warning("execution_timeout reached: cancel of job %s requested", self.job_id)
@@ -178,7 +183,7 @@ class TrainingJobTrigger(BaseTrigger):
         # the triggerer closes the trigger's log when the event is handled, dropping lines in flight.
         settle = max(
             (self.deferred_at or 0.0) + polling.resume_settle - time.time(),
-            wrote_events_at + LOG_DRAIN_SECONDS - time.monotonic() if wrote_events_at else 0.0,
+            report.wrote_events_at + LOG_DRAIN_SECONDS - time.monotonic() if report.wrote_events_at else 0.0,
         )
         if settle > 0:
             await asyncio.sleep(settle)
