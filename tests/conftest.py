@@ -18,6 +18,9 @@ from airflow_training_provider.local_platform.server import LocalPlatformServer 
 API_KEY = "test-key-not-a-secret"
 AWS_ACCESS_KEY_ID = "AKIDTESTLOCAL"
 """The SageMaker emulation checks signatures for this key pair (secret: :data:`API_KEY`)."""
+PAI_ACCESS_KEY_ID = "LTAITESTLOCAL"
+"""The PAI emulation checks ACS3 signatures for this AccessKey (secret: :data:`API_KEY`)."""
+PAI_WORKSPACE_ID = "86995"
 
 
 @pytest.fixture(scope="session")
@@ -33,6 +36,9 @@ def platform(tmp_path_factory):
         sagemaker_access_key_id=AWS_ACCESS_KEY_ID,
         sagemaker_secret_access_key=API_KEY,
         sagemaker_stop_grace_seconds=5,
+        pai_access_key_id=PAI_ACCESS_KEY_ID,
+        pai_access_key_secret=API_KEY,
+        pai_stop_grace_seconds=5,
     ) as server:
         yield server
 
@@ -47,6 +53,21 @@ def aws_connection(url: str, **extra) -> str:
             "login": AWS_ACCESS_KEY_ID,
             "password": API_KEY,
             "extra": {"region_name": "us-east-1", "endpoint_url": url, **extra},
+        }
+    )
+
+
+def pai_connection(url: str, **extra) -> str:
+    """A ``pai`` connection to the local platform's PAI, as ``AIRFLOW_CONN_*`` JSON."""
+    import json
+
+    return json.dumps(
+        {
+            "conn_type": "pai",
+            "host": url,
+            "login": PAI_ACCESS_KEY_ID,
+            "password": API_KEY,
+            "extra": {"region": "cn-hangzhou", "workspace_id": PAI_WORKSPACE_ID, **extra},
         }
     )
 

@@ -142,7 +142,8 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
         deadline = self.deadline_from_now()
         hook = self.hook
         try:
-            spec = hook.dialect.validate_spec(self.spec, self.allow_unknown_fields)
+            defaults = hook.dialect.spec_defaults(hook.platform_connection.credentials)
+            spec = hook.dialect.validate_spec({**defaults, **self.spec}, self.allow_unknown_fields)
         except InvalidJobSpecError as exc:  # the same spec fails the same way: no retries
             raise AirflowFailException(str(exc)) from exc
         identity = TaskIdentity.from_context(context)

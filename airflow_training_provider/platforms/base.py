@@ -231,6 +231,11 @@ class Dialect(ABC):
                 )
         return model.model_dump(mode="json", exclude_unset=True)
 
+    def spec_defaults(self, credentials: Credentials) -> dict[str, Any]:
+        """Top-level spec fields the connection supplies when the spec leaves them out (PAI's
+        ``WorkspaceId``); merged under the spec before it is validated. None by default."""
+        return {}
+
     @abstractmethod
     def with_tags(self, spec: dict[str, Any], tags: list[str]) -> dict[str, Any]:
         """Return a copy of ``spec`` carrying the identity ``tags`` where the platform keeps them."""

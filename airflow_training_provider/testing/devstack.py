@@ -5,7 +5,8 @@ the UI tests use :func:`dev_stack`.
 
 The UI asks for a login (simple auth manager): user ``admin``, password ``admin`` unless given.
 Connections are stored in the metadata database (so the Connections page lists them and their
-Test button works): ``tensorone_local``, ``together_local`` and ``aws_local`` (SageMaker).
+Test button works): ``tensorone_local``, ``together_local``, ``aws_local`` (SageMaker) and
+``pai_local`` (Alibaba Cloud PAI).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from airflow_training_provider.testing.stack import AIRFLOW, AirflowStack
 
 API_KEY = "local-key"
 AWS_ACCESS_KEY_ID = "AKIDLOCALUI"
+PAI_ACCESS_KEY_ID = "LTAILOCALUI"
 
 
 def connections(platform_url: str) -> list[dict[str, Any]]:
@@ -57,6 +59,14 @@ def connections(platform_url: str) -> list[dict[str, Any]]:
             "login": AWS_ACCESS_KEY_ID,
             "password": API_KEY,
             "extra": json.dumps(aws_extra),
+        },
+        {
+            "connection_id": "pai_local",
+            "conn_type": "pai",
+            "host": platform_url,
+            "login": PAI_ACCESS_KEY_ID,
+            "password": API_KEY,
+            "extra": json.dumps({"region": "cn-hangzhou", "workspace_id": "86995"}),
         },
     ]
 
@@ -105,6 +115,8 @@ def dev_stack(
         "gpus": 4,
         "sagemaker_access_key_id": AWS_ACCESS_KEY_ID,  # SigV4 checked: a wrong secret is refused
         "sagemaker_secret_access_key": API_KEY,
+        "pai_access_key_id": PAI_ACCESS_KEY_ID,  # ACS3 checked: a wrong secret is refused
+        "pai_access_key_secret": API_KEY,
         **platform_options,
     }
     postgres = PostgresServer().start()

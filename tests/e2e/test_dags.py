@@ -59,6 +59,25 @@ def test_sagemaker_example_dag_trains_evaluates_and_promotes(airflow_env, platfo
     assert API_KEY not in out
 
 
+def test_pai_example_dag_trains_evaluates_and_promotes(airflow_env, platform):
+    before = {j["job_id"] for j in platform_jobs(platform)}
+    run = airflow_env.dags_test("pai_retrain_digits")
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out[-5000:]
+    new = [j for j in platform_jobs(platform) if j["job_id"] not in before]
+    assert len(new) == 1 and new[0]["platform"] == "pai", "exactly one job submitted"
+    job = new[0]
+    assert job["state"] == "succeeded" and job["name"].startswith("digits-") and job["name"].endswith("-t1")
+    assert "airflow-dag:pai_retrain_digits" in job["tags"] and "team:ml" in job["tags"]
+    record = json.loads((airflow_env.registry / "digits-pai.json").read_text())
+    assert record["job_id"] == job["job_id"] and record["validation_accuracy"] >= 0.90
+    assert record["checkpoints"].startswith("oss://") and record["run_seconds"] >= 1
+    assert [c for c in job["checkpoints"] if c["kind"] == "automatic"], "checkpoints in the channel"
+    for event in ("[job_start]", "[epoch_complete] Epoch 10 complete", "[training_complete]"):
+        assert event in out, f"event {event} not in the task log"
+    assert API_KEY not in out
+
+
 def test_failed_job_fails_the_task_with_platform_message(airflow_env, platform):
     run = airflow_env.dags_test("e2e_failing_job")
     out = run.stdout + run.stderr

@@ -29,8 +29,9 @@ from airflow_training_provider.hooks.connection import PlatformConnection
 from airflow_training_provider.hooks.training import PLATFORM_HOOKS
 from airflow_training_provider.hooks.transport import prepare_request
 from airflow_training_provider.models import CancelRequest, JobState
-from airflow_training_provider.platforms import PLATFORMS, sagemaker, tensorone, together
+from airflow_training_provider.platforms import PLATFORMS, pai, sagemaker, tensorone, together
 from airflow_training_provider.platforms.descriptor import PlatformDescriptor
+from tests.unit import test_pai_dialect as pa
 from tests.unit import test_sagemaker_dialect as sm
 from tests.unit import test_tensorone_dialect as t1
 from tests.unit import test_together_dialect as tg
@@ -146,6 +147,56 @@ CASES = [
         with_tags_in_job=lambda body, tags: {
             **body,
             "Tags": [{"Key": k, "Value": v} for k, v in sagemaker.tag_dict(tags).items()],
+        },
+    ),
+    Case(
+        platform=pai.PLATFORM,
+        spec=pa.SPEC,
+        created=pa.CREATED,
+        job=pa.JOB,
+        job_id=pa.JOB_ID,
+        terminal={
+            "Succeed": JobState.SUCCEEDED,
+            "Succeeded": JobState.SUCCEEDED,
+            "Failed": JobState.FAILED,
+            "CreateFailed": JobState.FAILED,
+            "InitializeFailed": JobState.FAILED,
+            "Terminated": JobState.CANCELLED,
+            "Stopped": JobState.CANCELLED,
+        },
+        running=(
+            "Creating",
+            "Created",
+            "Submitted",
+            "Queuing",
+            "Initializing",
+            "Running",
+            "Stopping",
+            "Terminating",
+        ),
+        errors={
+            PlatformAuthError: (
+                400,
+                {"Code": "SignatureDoesNotMatch", "Message": "signature", "RequestId": "r"},
+            ),
+            JobNotFoundError: (
+                404,
+                {"Code": "EntityNotExist.TrainingJob", "Message": "no job", "RequestId": "r"},
+            ),
+            JobStateConflictError: (
+                400,
+                {"Code": "TrainingJobStatusNotAllowed", "Message": "is Succeed", "RequestId": "r"},
+            ),
+            TransientPlatformError: (
+                400,
+                {"Code": "Throttling.User", "Message": "slow down", "RequestId": "r"},
+            ),
+            TrainingPlatformError: (400, {"Code": "InvalidParameter", "Message": "bad", "RequestId": "r"}),
+        },
+        connection=pa.CONNECTION,
+        with_tags_in_job=lambda body, tags: {
+            **body,
+            "Labels": [{"Key": k, "Value": v} for k, v in pai.label_dict(tags).items()],
         },
     ),
 ]
@@ -298,6 +349,11 @@ TYPOS = {
     "tensorone": ({"name": "n", "datasetId": "digits", "epochz": 2}, "epochz", None),
     "together": ({"training_file": "f", "model": "m", "n_epoch": 2}, "n_epoch", "n_epochs"),
     "aws": ({**sm.SPEC, "HyperParameter": {"epochs": "3"}}, "HyperParameter", "HyperParameters"),
+    "pai": (
+        {**pa.SPEC, "HyperParameter": [{"Name": "epochs", "Value": "3"}]},
+        "HyperParameter",
+        "HyperParameters",
+    ),
 }
 NUMBERS = {
     "tensorone": (
@@ -311,6 +367,7 @@ NUMBERS = {
         3,
     ),
     "aws": ({**sm.SPEC, "HyperParameters": {"epochs": 3}}, ("HyperParameters", "epochs"), "3"),
+    "pai": ({**pa.SPEC, "HyperParameters": {"epochs": 3}}, ("HyperParameters", 0, "Value"), "3"),
 }
 
 
@@ -348,6 +405,10 @@ def test_a_nested_typo_is_named_with_its_path(case):
         "aws": (
             {**sm.SPEC, "ResourceConfig": {**sm.SPEC["ResourceConfig"], "InstanceCnt": 2}},
             "ResourceConfig.InstanceCnt",
+        ),
+        "pai": (
+            {**pa.SPEC, "ComputeResource": {"EcsSpec": "ecs.gn7i", "EcsCnt": 2}},
+            "ComputeResource.EcsCnt",
         ),
     }[case.platform.conn_type]
     with pytest.raises(InvalidJobSpecError) as err:

@@ -19,7 +19,11 @@ def test_entry_point_resolves_to_provider_info():
 
 def test_connection_types_and_forms():
     types = {c["connection-type"]: c for c in get_provider_info()["connection-types"]}
-    assert set(types) == {"tensorone", "together"}
+    assert set(types) == {"tensorone", "together", "pai"}  # aws belongs to the Amazon provider
+    pai = types["pai"]
+    assert pai["ui-field-behaviour"]["hidden-fields"] == ["schema", "port"]
+    assert pai["ui-field-behaviour"]["relabeling"]["login"] == "AccessKey ID"
+    assert set(pai["conn-fields"]) == {"security_token", "region", "workspace_id"}
     for conn_type, hook in (("tensorone", TensorOneHook), ("together", TogetherHook)):
         form = types[conn_type]["ui-field-behaviour"]
         assert form["hidden-fields"] == ["schema", "login", "port"]

@@ -3,9 +3,14 @@ Adding one adds its folder and a line here (docs/adding-a-platform.md)."""
 
 from __future__ import annotations
 
-from airflow_training_provider.local_platform.platforms import sagemaker, tensorone, together
+from airflow_training_provider.local_platform.platforms import pai, sagemaker, tensorone, together
 from airflow_training_provider.local_platform.platforms.base import AppContext, LocalPlatform
 
-LOCAL_PLATFORMS: tuple[LocalPlatform, ...] = (tensorone.PLATFORM, together.PLATFORM, sagemaker.PLATFORM)
+LOCAL_PLATFORMS: tuple[LocalPlatform, ...] = (
+    tensorone.PLATFORM,
+    together.PLATFORM,
+    sagemaker.PLATFORM,
+    pai.PLATFORM,
+)
 
 __all__ = ["LOCAL_PLATFORMS", "AppContext", "LocalPlatform"]

@@ -9,7 +9,12 @@ import shutil
 from pathlib import Path
 
 from airflow_training_provider.local_platform.server import LocalPlatformServer
-from airflow_training_provider.testing.killpaths.flavors import API_KEY, AWS_ACCESS_KEY_ID, FLAVORS
+from airflow_training_provider.testing.killpaths.flavors import (
+    API_KEY,
+    AWS_ACCESS_KEY_ID,
+    FLAVORS,
+    PAI_ACCESS_KEY_ID,
+)
 from airflow_training_provider.testing.killpaths.scenarios import Platform
 from airflow_training_provider.testing.postgres import PostgresServer
 from airflow_training_provider.testing.stack import AirflowStack
@@ -67,6 +72,9 @@ class KillPathEnv:
             sagemaker_access_key_id=AWS_ACCESS_KEY_ID,
             sagemaker_secret_access_key=API_KEY,
             sagemaker_stop_grace_seconds=20,
+            pai_access_key_id=PAI_ACCESS_KEY_ID,
+            pai_access_key_secret=API_KEY,
+            pai_stop_grace_seconds=20,
         )
         server.start()
         dags = root / "dags"

@@ -15,6 +15,8 @@ API_KEY = "kill-path-key"
 """The API key of the kill-path stack's local platform (the SageMaker secret access key too)."""
 AWS_ACCESS_KEY_ID = "AKIDKILLPATHS"
 """The access key id the kill-path stack's SageMaker emulation checks signatures for."""
+PAI_ACCESS_KEY_ID = "LTAIKILLPATHS"
+"""The AccessKey id the kill-path stack's PAI emulation checks ACS3 signatures for (secret: API_KEY)."""
 
 
 def tensorone_spec(epochs: int, seconds_per_epoch: float, fail: bool = False, **extra: Any) -> dict:
@@ -59,6 +61,33 @@ def sagemaker_spec(epochs: int, seconds_per_epoch: float, fail: bool = False, **
         "CheckpointConfig": {
             "S3Uri": "s3://kp/checkpoints/{{ dag.dag_id }}/{{ run_id | replace(':', '-') }}"
         },
+        "HyperParameters": hyper,
+        **extra,
+    }
+
+
+def pai_spec(epochs: int, seconds_per_epoch: float, fail: bool = False, **extra: Any) -> dict:
+    hyper = [
+        {"Name": "epochs", "Value": str(epochs)},
+        {"Name": "seconds_per_epoch", "Value": str(seconds_per_epoch)},
+    ]
+    if fail:
+        hyper.append(
+            {
+                "Name": "fail_with",
+                "Value": "CUDA error: an illegal memory access was encountered (learning_rate diverged)",
+            }
+        )
+    return {
+        "AlgorithmSpec": {"Image": "local/digits-mlp:1", "Command": ["python", "train.py"]},
+        "ComputeResource": {"EcsSpec": "ecs.gn7i-c8g1.2xlarge", "EcsCount": 1},
+        "InputChannels": [{"Name": "train", "InputUri": "oss://kp/digits/"}],
+        "OutputChannels": [
+            {
+                "Name": "checkpoints",
+                "OutputUri": "oss://kp/checkpoints/{{ dag.dag_id }}/{{ run_id | replace(':', '-') }}",
+            }
+        ],
         "HyperParameters": hyper,
         **extra,
     }
@@ -141,6 +170,23 @@ class AwsJsonFlavor(Flavor):
         return self._rule("StopTrainingJob", job_id)
 
 
+class PaiFlavor(Flavor):
+    """PaiStudio: ACS3-signed ROA calls; a stop is ``PUT …/{id}/stop``."""
+
+    def connection(self, url: str) -> dict:
+        extra = {"region": "cn-hangzhou", "workspace_id": "86995"}
+        return {
+            "conn_type": "pai",
+            "host": url,
+            "login": PAI_ACCESS_KEY_ID,
+            "password": API_KEY,
+            "extra": extra,
+        }
+
+    def cancel_rule(self, job_id: str) -> dict:
+        return {"method": "PUT", "path_prefix": f"{self.jobs_path}/{job_id}/stop"}
+
+
 TENSORONE = Flavor("tensorone", "", "/v2/training/jobs", final_checkpoint=True, spec=tensorone_spec)
 TOGETHER = Flavor(
     "together",
@@ -162,7 +208,16 @@ SAGEMAKER = AwsJsonFlavor(
     events=True,
     engine_platform="sagemaker",
 )
-FLAVORS: dict[str, Flavor] = {f.name: f for f in (TENSORONE, TOGETHER, SAGEMAKER)}
+PAI = PaiFlavor(
+    "pai",
+    "_pai",
+    "/api/v1/trainingjobs",
+    final_checkpoint=True,  # a stop sends SIGTERM; the trainer saves into its checkpoints channel
+    spec=pai_spec,
+    cancel_reason=False,
+    events=True,
+)
+FLAVORS: dict[str, Flavor] = {f.name: f for f in (TENSORONE, TOGETHER, SAGEMAKER, PAI)}
 
 
 def flavor_of(job: dict) -> Flavor:

@@ -293,7 +293,10 @@ def k5_execution_timeout_deferred(stack, platform, flavor: Flavor) -> Outcome:
         first=first,
         second=second,
     )
-    stack.set_ti_state(dag, run_id, "train", "failed")  # don't wait for the retry to time out too
+    # don't wait for the retry to time out too: fail it once its trigger runs (failed before a
+    # triggerer has started the trigger, only the reaper would stop its job)
+    stack.wait_trigger_running(dag, run_id, "train")
+    stack.set_ti_state(dag, run_id, "train", "failed")
     platform.wait_job(second["job_id"], {"cancelled"}, timeout=60)
     return outcome
 

@@ -28,6 +28,7 @@ import glob
 import math
 import os
 import re
+from collections.abc import Callable
 from typing import Any
 
 from airflow_training_provider.local_platform.engine import JobSpec
@@ -41,7 +42,8 @@ NAME_PATTERN = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
 MAX_RUNTIME_REASON = "max_runtime"
 UPLOAD_SECONDS = 0.3
 
-_HYPER = {
+#: hyperparameters the local trainer reads: kind, lowest, highest.
+TRAINER_HYPERPARAMETERS = {
     "epochs": ("int", 1, 1000),
     "batch_size": ("int", 1, 100_000),
     "learning_rate": ("number", None, None),
@@ -135,25 +137,34 @@ def _hyper(raw: Any) -> dict[str, Any]:
         return {}
     if not isinstance(raw, dict):
         raise bad("hyperParameters", "failed to satisfy constraint: Member must be a map of strings")
+    return trainer_settings(
+        raw,
+        "hyperParameters",
+        lambda field, why: bad(field, f"'{raw[field.split('.')[-1]]}' failed to satisfy constraint: {why}"),
+    )
+
+
+def trainer_settings(
+    values: dict[str, Any], prefix: str, error: Callable[[str, str], ApiError]
+) -> dict[str, Any]:
+    """The trainer settings among hyperparameters ``values`` (strings on the wire), checked:
+    ``error(field, why)`` builds the platform's error naming ``<prefix>.<name>``."""
     out: dict[str, Any] = {}
-    for key, (kind, low, high) in _HYPER.items():
-        if key not in raw:
+    for key, (kind, low, high) in TRAINER_HYPERPARAMETERS.items():
+        if key not in values:
             continue
-        field = f"hyperParameters.{key}"
+        field = f"{prefix}.{key}"
         try:
-            value = float(raw[key])
+            value = float(values[key])
         except (TypeError, ValueError):
-            raise bad(field, f"'{raw[key]}' failed to satisfy constraint: must be a number") from None
+            raise error(field, "must be a number") from None
         if not math.isfinite(value) or (kind == "int" and value != int(value)):
-            raise bad(
-                field,
-                f"'{raw[key]}' failed to satisfy constraint: must be {'an integer' if kind == 'int' else 'finite'}",
-            )
+            raise error(field, f"must be {'an integer' if kind == 'int' else 'finite'}")
         if (low is not None and value < low) or (high is not None and value > high):
-            raise bad(field, f"'{raw[key]}' failed to satisfy constraint: must be between {low} and {high}")
+            raise error(field, f"must be between {low} and {high}")
         out[key] = int(value) if kind == "int" else value
-    if raw.get("fail_with"):
-        out["fail_with"] = str(raw["fail_with"])
+    if values.get("fail_with"):
+        out["fail_with"] = str(values["fail_with"])
     return out
 
 

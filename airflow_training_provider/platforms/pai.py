@@ -1,0 +1,709 @@
+"""Alibaba Cloud PAI training jobs (PaiStudio API 2022-01-12): descriptor and dialect
+(``docs/platforms/pai.md``).
+
+PaiStudio is an ROA API: REST paths under ``/api/v1/trainingjobs``, PascalCase JSON, every answer
+with a ``RequestId``. Each request is signed with ACS3-HMAC-SHA256 by Alibaba's own signer
+(``alibabacloud-tea-openapi``, extra ``[pai]``) over the method, path, query, the ``x-acs-*``
+headers and the body's SHA-256. Errors are ``{"Code", "Message", "RequestId"}``; a positive
+``x-acs-retry-after`` header (milliseconds) marks throttling.
+
+Identity tags become job ``Labels`` (``airflow-dag:x`` → Key ``airflow-dag``, Value ``x``) and jobs
+are found by them with ``ListTrainingJobs?Labels=<JSON map>`` (re-attach and the orphan reaper).
+PAI generates the job id (``TrainingJobId``); the name is derived from the task-instance try.
+
+Checkpoints. ``StopTrainingJob`` has no checkpoint options: a stop terminates the job's containers
+(SIGTERM, then SIGKILL after the grace period), and a training script that saves on SIGTERM leaves
+its final checkpoint in its ``checkpoints`` output channel. The provider reports that channel's URI
+as the job's checkpoint location; a retry with ``resume_from_checkpoint`` gives the new job the same
+``checkpoints`` channel, where the script finds what to resume from.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+from pydantic import Field, field_validator
+
+from airflow_training_provider.errors import (
+    InvalidJobSpecError,
+    JobNotFoundError,
+    JobStateConflictError,
+    PlatformAuthError,
+    TrainingPlatformError,
+    TransientPlatformError,
+)
+from airflow_training_provider.models import (
+    CancelRequest,
+    CancelResult,
+    Checkpoint,
+    Cost,
+    JobEvent,
+    JobState,
+    MetricPoint,
+    Progress,
+    TrainingJob,
+)
+from airflow_training_provider.platforms.base import (
+    ApiRequest,
+    Capabilities,
+    Credentials,
+    Dialect,
+    HttpRequest,
+    WireModel,
+    retry_after_seconds,
+)
+from airflow_training_provider.platforms.descriptor import ConnectionParts, PlatformDescriptor, base_url_of
+
+API_VERSION = "2022-01-12"
+PATH = "/api/v1/trainingjobs"
+SIGNATURE_ALGORITHM = "ACS3-HMAC-SHA256"
+CHECKPOINT_CHANNEL = "checkpoints"
+LABEL_KEY_PREFIX = "airflow-"
+MAX_NAME = 64
+DEFAULT_REGION = "cn-hangzhou"
+
+#: Regions whose PaiStudio host is not ``pai.<region>.aliyuncs.com`` (the SDK's endpoint map).
+ENDPOINT_EXCEPTIONS = {"cn-hangzhou": "pai.cn-hangzhou.data.aliyun.com"}
+
+#: ``ReasonCode`` of a job the platform ended because it ran past ``Scheduler.MaxRunningTimeInSeconds``:
+#: a failure, not a cancel.
+_TIMED_OUT_REASONS = frozenset({"MaxRunningTimeExceeded", "JobTimeout", "TrainingJobTimeout"})
+_AUTH_CODES = re.compile(
+    r"^(InvalidAccessKeyId|SignatureDoesNotMatch|IncompleteSignature|InvalidSecurityToken|"
+    r"Forbidden|NoPermission|InvalidAuthorization|MissingSecurityToken)",
+    re.IGNORECASE,
+)
+_NOT_FOUND_CODES = re.compile(r"NotExist|NotFound", re.IGNORECASE)
+_CONFLICT_CODES = re.compile(r"Status|State|AlreadyStopped|AlreadyTerminated", re.IGNORECASE)
+_EVENT_LINE = re.compile(r"^(?P<at>\d{4}-\d\d-\d\dT[\d:.]+Z)\s+(?:\[(?P<type>[^\]]+)\]\s*)?(?P<message>.*)$")
+
+
+def endpoint_of(region: str) -> str:
+    """The PaiStudio API base URL of ``region`` (``https://pai.cn-beijing.aliyuncs.com``)."""
+    return f"https://{ENDPOINT_EXCEPTIONS.get(region, f'pai.{region}.aliyuncs.com')}"
+
+
+# -- wire models: GetTrainingJob / ListTrainingJobs (docs/platforms/pai.md) ----------------------------
+_Wire = WireModel
+
+
+class WireNameValue(_Wire):
+    Name: str
+    Value: float | None = None
+    Timestamp: str | None = None
+
+
+class WireProgressValue(_Wire):
+    Value: float | None = None
+    Timestamp: str | None = None
+
+
+class WireProgress(_Wire):
+    OverallProgress: WireProgressValue | None = None
+    RemainingTime: WireProgressValue | None = None
+
+
+class WireLabel(_Wire):
+    Key: str
+    Value: str = ""
+
+
+class WireChannel(_Wire):
+    Name: str
+    OutputUri: str | None = None
+    DatasetId: str | None = None
+
+
+class WireJob(_Wire):
+    """``GetTrainingJob`` answer (also an item of ``ListTrainingJobs``' ``TrainingJobs``)."""
+
+    TrainingJobId: str
+    TrainingJobName: str | None = None
+    Status: str = ""
+    ReasonCode: str | None = None
+    ReasonMessage: str | None = None
+    LatestMetrics: list[WireNameValue] = Field(default_factory=list)
+    LatestProgress: WireProgress | None = None
+    OutputChannels: list[WireChannel] = Field(default_factory=list)
+    OutputModel: dict[str, Any] | None = None
+    Labels: list[WireLabel] = Field(default_factory=list)
+    Duration: float | None = None
+    GmtCreateTime: datetime | None = None
+    GmtModifiedTime: datetime | None = None
+    TrainingJobUrl: str | None = None
+    StatusTransitions: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class WireList(_Wire):
+    TrainingJobs: list[dict[str, Any]] = Field(default_factory=list)
+    TotalCount: int | str | None = None
+
+
+class WireEvents(_Wire):
+    Events: list[str] = Field(default_factory=list)
+
+
+class WireMetrics(_Wire):
+    Metrics: list[WireNameValue] = Field(default_factory=list)
+
+
+# -- spec: the CreateTrainingJob body -----------------------------------------------------------------
+class _AlgorithmSpec(_Wire):
+    Image: str = Field(min_length=1)
+    Command: list[str] = Field(min_length=1)
+    JobType: str | None = None
+    MetricDefinitions: list[dict[str, str]] | None = None
+    SupportedChannelTypes: list[str] | None = None
+    OutputChannels: list[dict[str, Any]] | None = None
+    InputChannels: list[dict[str, Any]] | None = None
+    HyperParameters: list[dict[str, Any]] | None = None
+    CodeDir: dict[str, Any] | None = None
+
+
+class _ComputeResource(_Wire):
+    EcsSpec: str | None = Field(default=None, min_length=1)
+    EcsCount: int | None = Field(default=None, ge=1)
+    ResourceId: str | None = None
+    InstanceType: str | None = None
+    InstanceCount: int | None = Field(default=None, ge=1)
+    InstanceSpec: dict[str, Any] | None = None
+    UseSpotInstance: bool | None = None
+
+
+class _HyperParameter(_Wire):
+    Name: str = Field(min_length=1)
+    Value: str
+
+
+class _InputChannel(_Wire):
+    Name: str = Field(min_length=1)
+    InputUri: str | None = None
+    DatasetId: str | None = None
+
+
+class _OutputChannel(_Wire):
+    Name: str = Field(min_length=1)
+    OutputUri: str | None = None
+    DatasetId: str | None = None
+
+
+class _Label(_Wire):
+    Key: str = Field(min_length=1, max_length=128)
+    Value: str = Field(default="", max_length=256)
+
+
+class _Scheduler(_Wire):
+    MaxRunningTimeInSeconds: int | None = Field(default=None, ge=1)
+
+
+def _name_value_list(value: Any) -> Any:
+    """``HyperParameters`` as PAI sends them, ``[{"Name", "Value"}]`` with string values; a mapping
+    (``{"epochs": 3}``) is accepted and turned into that list."""
+    if isinstance(value, Mapping):
+        value = [{"Name": k, "Value": v} for k, v in value.items()]
+    if isinstance(value, list):
+        out = []
+        for item in value:
+            if isinstance(item, dict) and isinstance(item.get("Value"), bool):
+                raise ValueError(f"value of {item.get('Name')!r} must be a string, not a boolean")
+            if isinstance(item, dict) and isinstance(item.get("Value"), int | float):
+                item = {**item, "Value": str(item["Value"])}
+            out.append(item)
+        return out
+    return value
+
+
+class PaiJobSpec(_Wire):
+    """A ``CreateTrainingJob`` body. ``WorkspaceId`` defaults to the connection's ``workspace_id``;
+    ``TrainingJobName`` is optional (derived from the task-instance try, see :func:`job_name`)."""
+
+    TrainingJobName: str | None = Field(default=None, min_length=1, max_length=MAX_NAME)
+    WorkspaceId: str = Field(min_length=1)
+    AlgorithmSpec: _AlgorithmSpec | None = None
+    AlgorithmName: str | None = Field(default=None, min_length=1)
+    AlgorithmProvider: str | None = Field(default=None, min_length=1)
+    AlgorithmVersion: str | None = Field(default=None, min_length=1)
+    ComputeResource: _ComputeResource
+    HyperParameters: list[_HyperParameter] | None = None
+    InputChannels: list[_InputChannel] | None = None
+    OutputChannels: list[_OutputChannel] | None = None
+    Scheduler: _Scheduler | None = None
+    Labels: list[_Label] | None = None
+    Environments: dict[str, str] | None = None
+    TrainingJobDescription: str | None = None
+    RoleArn: str | None = None
+    UserVpc: dict[str, Any] | None = None
+    Settings: dict[str, Any] | None = None
+    ExperimentConfig: dict[str, Any] | None = None
+    CodeDir: dict[str, Any] | None = None
+    PythonRequirements: list[str] | None = None
+    Priority: int | None = None
+    CredentialConfig: dict[str, Any] | None = None
+    AssignNodeSpec: dict[str, Any] | None = None
+
+    _pairs = field_validator("HyperParameters", mode="before")(_name_value_list)
+
+    @field_validator("TrainingJobName")
+    @classmethod
+    def _name(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", value):
+            raise ValueError("must start with a letter or digit and hold only letters, digits, '-' and '_'")
+        return value
+
+
+# -- names and labels ---------------------------------------------------------------------------------
+def label_dict(tags: list[str]) -> dict[str, str]:
+    """Identity tags (``airflow-dag:x``) as PAI label pairs (``{"airflow-dag": "x"}``)."""
+    return dict(t.split(":", 1) for t in tags if ":" in t)
+
+
+def job_name(stem: str | None, tags: list[str]) -> str:
+    """``<stem or af-<dag>-<task>>-t<try>``, cut to 64 characters of ``[A-Za-z0-9_-]``."""
+    ident = label_dict(tags)
+    suffix = f"-t{ident.get('airflow-try', '1')}"
+    readable = stem or f"af-{ident.get('airflow-dag', '')}-{ident.get('airflow-task', '')}"
+    cleaned = re.sub(r"[^A-Za-z0-9_-]+", "-", readable).strip("-_") or "job"
+    return cleaned[: MAX_NAME - len(suffix)].rstrip("-_") + suffix
+
+
+def _channel_uri(channels: list[dict[str, Any]] | list[WireChannel], name: str) -> str | None:
+    for channel in channels:
+        data = channel if isinstance(channel, dict) else channel.model_dump()
+        if data.get("Name") == name:
+            return data.get("OutputUri")
+    return None
+
+
+# -- the dialect ---------------------------------------------------------------------------------------
+class PaiDialect(Dialect):
+    """PaiStudio training jobs (API 2022-01-12, ROA style, ACS3-HMAC-SHA256)."""
+
+    name = "pai"
+    spec_model = PaiJobSpec
+    capabilities = Capabilities(
+        # a stop terminates the containers: SIGTERM, then SIGKILL after the grace period
+        final_checkpoint_on_cancel=True,
+        preserve_checkpoints_flag=False,
+        events=True,
+        events_in_job=False,
+        list_jobs=True,
+        checkpoints_in_job=True,
+    )
+    status_map = {
+        "Creating": JobState.PENDING,
+        "Created": JobState.QUEUED,
+        "Submitted": JobState.QUEUED,
+        "Queuing": JobState.QUEUED,
+        "Initializing": JobState.STARTING,
+        "Running": JobState.RUNNING,
+        "Stopping": JobState.STOPPING,
+        "Terminating": JobState.STOPPING,
+        "Succeed": JobState.SUCCEEDED,
+        "Succeeded": JobState.SUCCEEDED,
+        "Failed": JobState.FAILED,
+        "CreateFailed": JobState.FAILED,
+        "InitializeFailed": JobState.FAILED,
+        "Terminated": JobState.CANCELLED,
+        "Stopped": JobState.CANCELLED,
+    }
+
+    # -- spec ---------------------------------------------------------------------------------------
+    def spec_defaults(self, credentials: Credentials) -> dict[str, Any]:
+        """``WorkspaceId`` from the connection (its ``workspace_id`` extra)."""
+        return {"WorkspaceId": credentials.project} if credentials.project else {}
+
+    def validate_spec(self, spec: dict[str, Any], allow_unknown_fields: bool = False) -> dict[str, Any]:
+        if not (spec or {}).get("WorkspaceId"):
+            raise InvalidJobSpecError(
+                "WorkspaceId",
+                "the PAI workspace is required: set it in the spec or the connection's workspace_id extra",
+                self.name,
+            )
+        spec = super().validate_spec(spec, allow_unknown_fields)
+        if not spec.get("AlgorithmSpec") and not (
+            spec.get("AlgorithmName") and spec.get("AlgorithmProvider") and spec.get("AlgorithmVersion")
+        ):
+            raise InvalidJobSpecError(
+                "AlgorithmSpec",
+                "an AlgorithmSpec (Image and Command) or AlgorithmName, AlgorithmProvider and "
+                "AlgorithmVersion are required",
+                self.name,
+            )
+        resources = spec["ComputeResource"]
+        if not (resources.get("EcsSpec") or resources.get("InstanceType") or resources.get("ResourceId")):
+            raise InvalidJobSpecError(
+                "ComputeResource.EcsSpec",
+                "an instance type is required (EcsSpec, or InstanceType with a ResourceId)",
+                self.name,
+            )
+        return spec
+
+    def with_tags(self, spec: dict[str, Any], tags: list[str]) -> dict[str, Any]:
+        """``spec`` with the identity tags as job ``Labels`` and its name derived from them."""
+        ident = label_dict(tags)
+        own = [label for label in spec.get("Labels") or [] if label.get("Key") not in ident]
+        labels = own + [{"Key": k, "Value": v} for k, v in ident.items()]
+        return {**spec, "Labels": labels, "TrainingJobName": job_name(spec.get("TrainingJobName"), tags)}
+
+    def resume_spec(self, spec: dict[str, Any], job_id: str, checkpoint: Checkpoint) -> dict[str, Any] | None:
+        """``spec`` whose ``checkpoints`` output channel is the failed job's checkpoint location: the
+        training script finds the checkpoints to resume from there."""
+        if not checkpoint.path:
+            return None
+        others = [c for c in spec.get("OutputChannels") or [] if c.get("Name") != CHECKPOINT_CHANNEL]
+        return {
+            **spec,
+            "OutputChannels": [*others, {"Name": CHECKPOINT_CHANNEL, "OutputUri": checkpoint.path}],
+        }
+
+    # -- requests -----------------------------------------------------------------------------------
+    @staticmethod
+    def _call(
+        action: str,
+        method: str,
+        path: str,
+        body: Any = None,
+        params: Mapping[str, Any] | None = None,
+        idempotent: bool = True,
+    ) -> ApiRequest:
+        return ApiRequest(
+            method, path, body=body, params=params, headers={"x-acs-action": action}, idempotent=idempotent
+        )
+
+    def create_request(self, spec: dict[str, Any]) -> ApiRequest:
+        # not idempotent: PAI has no client token; a create that may have landed is found by its labels
+        return self._call("CreateTrainingJob", "POST", PATH, body=spec, idempotent=False)
+
+    def get_request(self, job_id: str) -> ApiRequest:
+        return self._call("GetTrainingJob", "GET", f"{PATH}/{job_id}")
+
+    def cancel_request(self, job_id: str, cancel: CancelRequest) -> ApiRequest:
+        """``StopTrainingJob`` (``PUT …/stop``): no reason, checkpoint or grace options."""
+        return self._call("StopTrainingJob", "PUT", f"{PATH}/{job_id}/stop")
+
+    def list_request(self, tags: list[str]) -> ApiRequest:
+        params: dict[str, Any] = {"PageSize": 100, "PageNumber": 1, "SortBy": "GmtCreateTime", "Order": "ASC"}
+        if labels := label_dict(tags):
+            params["Labels"] = json.dumps(labels, separators=(",", ":"), sort_keys=True)
+        return self._call("ListTrainingJobs", "GET", PATH, params=params)
+
+    def probe_request(self) -> ApiRequest:
+        return self._call("ListTrainingJobs", "GET", PATH, params={"PageSize": 1, "PageNumber": 1})
+
+    def events_request(self, job_id: str) -> ApiRequest | None:
+        return self._call(
+            "ListTrainingJobEvents",
+            "GET",
+            f"{PATH}/{job_id}/events",
+            params={"PageSize": 1000, "PageNumber": 1},
+        )
+
+    def metrics_request(self, job_id: str) -> ApiRequest | None:
+        return self._call(
+            "ListTrainingJobMetrics",
+            "GET",
+            f"{PATH}/{job_id}/metrics",
+            params={"PageSize": 1000, "PageNumber": 1, "Order": "ASC"},
+        )
+
+    def authenticate(self, request: HttpRequest, credentials: Credentials) -> dict[str, str]:
+        """ACS3-HMAC-SHA256 by Alibaba's signer (``alibabacloud_tea_openapi``) over the method, path,
+        query, every header sent (``host``, ``accept``, ``content-type`` and the ``x-acs-*`` ones)
+        and the body's SHA-256; credentials from the Alibaba credential chain are asked first."""
+        from alibabacloud_tea_openapi.utils import Utils  # extra [pai]
+
+        key_id, secret, token = (
+            credentials.access_key_id,
+            credentials.secret_access_key,
+            credentials.session_token,
+        )
+        if credentials.source is not None:
+            current = credentials.source.get_credential()
+            key_id, secret, token = current.access_key_id, current.access_key_secret, current.security_token
+        url = urlsplit(request.url)
+        added = {
+            "host": url.netloc,
+            "x-acs-version": API_VERSION,
+            "x-acs-date": request.timestamp.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "x-acs-signature-nonce": uuid.uuid4().hex,
+            "x-acs-content-sha256": Utils.hex_encode(Utils.hash(request.body, SIGNATURE_ALGORITHM)),
+        }
+        if token:
+            added["x-acs-accesskey-id"] = key_id or ""
+            added["x-acs-security-token"] = token
+        signed = _SigningView(
+            request.method, url.path or "/", dict(parse_qsl(url.query)), {**request.headers, **added}
+        )
+        added["Authorization"] = Utils.get_authorization(
+            signed, SIGNATURE_ALGORITHM, added["x-acs-content-sha256"], key_id or "", secret or ""
+        )
+        return added
+
+    # -- responses ----------------------------------------------------------------------------------
+    def parse_created(self, body: Any) -> TrainingJob:
+        """The create answer holds only ``TrainingJobId``: the job is ``Creating`` now."""
+        job_id = (body or {}).get("TrainingJobId")
+        if not job_id:
+            raise TrainingPlatformError("CreateTrainingJob answered without a TrainingJobId")
+        return TrainingJob(id=job_id, platform=self.name, state=JobState.PENDING, raw_status="Creating")
+
+    def parse_job(self, body: Any) -> TrainingJob:
+        wire = WireJob.model_validate(body)
+        state = self.map_status(wire.Status)
+        reason = wire.ReasonCode or ""
+        if state is JobState.CANCELLED and reason in _TIMED_OUT_REASONS:
+            state = JobState.FAILED  # the platform's own time limit: a failure, not a cancel
+        message = None
+        if wire.ReasonMessage or (reason and state in (JobState.FAILED, JobState.CANCELLED)):
+            message = (
+                f"{reason}: {wire.ReasonMessage}"
+                if reason and wire.ReasonMessage
+                else (wire.ReasonMessage or reason)
+            )
+        metrics = {m.Name: m.Value for m in wire.LatestMetrics if m.Value is not None}
+        progress = Progress()
+        if wire.LatestProgress is not None:
+            overall = wire.LatestProgress.OverallProgress
+            remaining = wire.LatestProgress.RemainingTime
+            progress = Progress(
+                percent=overall.Value * 100 if overall and overall.Value is not None else None,
+                eta_seconds=remaining.Value if remaining else None,
+            )
+        if state is JobState.SUCCEEDED:
+            progress = progress.model_copy(update={"percent": 100.0, "eta_seconds": None})
+        checkpoints, artifacts = [], {}
+        if location := _channel_uri(wire.OutputChannels, CHECKPOINT_CHANNEL):
+            checkpoints.append(Checkpoint(id=CHECKPOINT_CHANNEL, kind="location", path=location))
+            artifacts[CHECKPOINT_CHANNEL] = location
+        if model := (wire.OutputModel or {}).get("Uri") or _channel_uri(wire.OutputChannels, "model"):
+            artifacts["model"] = model
+        cost = body.get("x_local_cost_usd") if isinstance(body, dict) else None
+        return TrainingJob(
+            id=wire.TrainingJobId,
+            platform=self.name,
+            state=state,
+            raw_status=f"{wire.Status}/{reason}" if reason and state.is_terminal else wire.Status,
+            name=wire.TrainingJobName,
+            message=message,
+            progress=progress,
+            metrics=metrics,
+            checkpoints=checkpoints,
+            artifacts=artifacts,
+            cost=Cost(
+                billable_seconds=wire.Duration,
+                total_usd=float(cost) if isinstance(cost, int | float) else None,
+            ),
+            console_url=wire.TrainingJobUrl,
+            tags=[
+                f"{label.Key}:{label.Value}"
+                for label in wire.Labels
+                if label.Key.startswith(LABEL_KEY_PREFIX)
+            ],
+            created_at=wire.GmtCreateTime,
+            updated_at=wire.GmtModifiedTime,
+        )
+
+    def parse_cancel(self, job_id: str, body: Any) -> CancelResult:
+        """``StopTrainingJob`` answers only a ``RequestId``: the job is stopping now."""
+        return CancelResult(job_id=job_id, state=JobState.STOPPING)
+
+    def parse_list(self, body: Any) -> list[TrainingJob]:
+        return [self.parse_job(job) for job in WireList.model_validate(body or {}).TrainingJobs]
+
+    def parse_events(self, body: Any) -> list[JobEvent]:
+        """``{"Events": ["<time> [<type>] <text>", ...]}`` oldest first; a line in another shape is
+        kept whole as the message of an ``event``."""
+        events = []
+        for line in WireEvents.model_validate(body or {}).Events:
+            match = _EVENT_LINE.match(line.strip())
+            if match is None:
+                events.append(JobEvent(type="event", message=line))
+                continue
+            kind = match.group("type") or "event"
+            level = "error" if re.search(r"fail|error", kind, re.IGNORECASE) else "info"
+            events.append(
+                JobEvent(type=kind, message=match.group("message"), level=level, created_at=match.group("at"))
+            )
+        return events
+
+    def parse_metrics(self, body: Any) -> list[MetricPoint]:
+        """``{"Metrics": [{"Name", "Timestamp", "Value"}]}`` grouped by timestamp, oldest first. A
+        group with validation metrics is an ``epoch`` point; ``step`` and ``epoch`` values, when the
+        job reports them as metrics, place the point."""
+        groups: dict[str, dict[str, float]] = {}
+        for metric in WireMetrics.model_validate(body or {}).Metrics:
+            if metric.Value is not None:
+                groups.setdefault(metric.Timestamp or "", {})[metric.Name] = metric.Value
+        points = []
+        for index, (_at, values) in enumerate(sorted(groups.items())):
+            step = values.pop("step", None)
+            epoch = values.pop("epoch", None)
+            kind = "epoch" if any(name.startswith("validation") for name in values) else "train"
+            points.append(
+                MetricPoint(
+                    step=int(step) if step is not None else index, kind=kind, epoch=epoch, values=values
+                )
+            )
+        return points
+
+    def decisive_event(self, events: list[JobEvent]) -> JobEvent | None:
+        return super().decisive_event(events)
+
+    def error_fields(self, body: Any) -> tuple[str | None, str | None, str | None]:
+        if not isinstance(body, dict):
+            return None, None, None
+        return (
+            body.get("Code") or body.get("code"),
+            body.get("Message") or body.get("message"),
+            body.get("RequestId") or body.get("requestId"),
+        )
+
+    def classify_error(
+        self, status: int, headers: Mapping[str, str], body: Any, text: str = ""
+    ) -> TrainingPlatformError:
+        """By ``Code`` first, then the status: throttling (a ``Throttling*`` code, HTTP 429 or a
+        positive ``x-acs-retry-after``, in milliseconds) and 5xx are transient; signature and key
+        errors are auth; ``*NotExist*``/``*NotFound*`` (or 404) a missing job; a stop refused for
+        the job's status a state conflict."""
+        code, message, request_id = self.error_fields(body)
+        message = message or text[:500] or f"HTTP {status}"
+        kw = {"status": status, "code": code, "request_id": request_id}
+        retry_after = _retry_after(headers)
+        if retry_after is not None or status == 429 or (code or "").startswith("Throttling"):
+            return TransientPlatformError(message, retry_after=retry_after, sent=False, **kw)
+        if status >= 500:
+            return TransientPlatformError(message, sent=status != 503, **kw)
+        if status in (401, 403) or _AUTH_CODES.match(code or ""):
+            return PlatformAuthError(message, **kw)
+        if status == 404 or _NOT_FOUND_CODES.search(code or ""):
+            return JobNotFoundError(message, **kw)
+        if status == 409 or _CONFLICT_CODES.search(code or ""):
+            return JobStateConflictError(message, **kw)
+        return TrainingPlatformError(message, **kw)
+
+    def console_url(self, base_url: str, job_id: str) -> str | None:
+        match = re.search(r"pai\.([a-z0-9-]+)\.(?:aliyuncs\.com|data\.aliyun\.com)", base_url)
+        if match is None:  # an endpoint override (e.g. the local training platform): no console
+            return None
+        region = match.group(1)
+        return f"https://pai.console.aliyun.com/?regionId={region}#/training/jobs/{job_id}"
+
+
+@dataclass(frozen=True)
+class _SigningView:
+    """The request as Alibaba's signer reads it (``pathname``, ``query``, ``headers``, ``method``)."""
+
+    method: str
+    pathname: str
+    query: dict[str, str]
+    headers: dict[str, str]
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    """Seconds to wait: Alibaba's ``x-acs-retry-after`` (milliseconds), else a standard ``Retry-After``."""
+    raw = headers.get("x-acs-retry-after") or headers.get("X-Acs-Retry-After")
+    if not raw:
+        return retry_after_seconds(headers)
+    try:
+        millis = int(raw)
+    except ValueError:
+        return None
+    return millis / 1000 if millis > 0 else None
+
+
+# -- the platform: a `pai` connection --------------------------------------------------------------------
+@dataclass(frozen=True)
+class PaiPlatformDescriptor(PlatformDescriptor):
+    """The ``pai`` connection: AccessKey id (login) and secret (password), ``region``,
+    ``workspace_id`` and an optional STS ``security_token`` in the extras; the host overrides the
+    endpoint (the local training platform). Without an AccessKey in the connection, the Alibaba
+    credential chain (``alibabacloud-credentials``: environment variables, the ECS RAM role, OIDC)
+    provides one, refreshed when it expires."""
+
+    def connect(self, conn: Any) -> ConnectionParts:
+        try:
+            import alibabacloud_tea_openapi.utils  # noqa: F401 - Alibaba's ACS3 signer
+        except ImportError:  # pragma: no cover - depends on the installed extras
+            raise ValueError(
+                f"Connection {conn.conn_id!r} is a PAI connection: install Alibaba's signer "
+                "(pip install 'airflow-training-provider[pai]')"
+            ) from None
+        credentials = self.read_credentials(conn)
+        region = credentials.region or DEFAULT_REGION
+        source = None
+        if not (credentials.access_key_id and credentials.secret_access_key):
+            source = _credential_chain(conn.conn_id, self.display_name)
+        credentials = Credentials(
+            access_key_id=credentials.access_key_id,
+            secret_access_key=credentials.secret_access_key,
+            session_token=credentials.session_token,
+            region=region,
+            project=credentials.project,
+            source=source,
+        )
+        reserved = {k for key in self.extra_keys for k in (key, f"extra__{self.conn_type}__{key}")}
+        extra = {k: v for k, v in (conn.extra_dejson or {}).items() if k not in reserved}
+        base_url = base_url_of(conn.host, conn.schema, conn.port, endpoint_of(region))
+        return ConnectionParts(credentials, base_url, extra)
+
+    def default_url(self, credentials: Credentials) -> str:
+        return endpoint_of(credentials.region or DEFAULT_REGION)
+
+
+def _credential_chain(conn_id: str, display_name: str) -> Any:
+    """Alibaba's default credential provider, or a :class:`PlatformAuthError` naming the fields."""
+    hint = (
+        f"Connection {conn_id!r} ({display_name}) has no AccessKey: set its login (AccessKey ID) and "
+        "password (AccessKey secret), or the ALIBABA_CLOUD_ACCESS_KEY_ID/_SECRET environment variables "
+        "or an ECS RAM role"
+    )
+    try:
+        from alibabacloud_credentials.client import Client
+    except ImportError:  # pragma: no cover - depends on the installed extras
+        raise PlatformAuthError(
+            hint + " (the credential chain needs: pip install 'airflow-training-provider[pai]')"
+        ) from None
+    try:
+        source = Client()
+        source.get_credential()  # fail now, with our message, when the chain finds nothing
+    except Exception as exc:  # noqa: BLE001 - the chain raises several kinds when it finds nothing
+        raise PlatformAuthError(f"{hint} ({exc.__class__.__name__})") from None
+    return source
+
+
+PLATFORM = PaiPlatformDescriptor(
+    conn_type="pai",
+    display_name="Alibaba Cloud PAI",
+    class_name="Pai",
+    dialect=PaiDialect,
+    default_base_url="https://pai.{region}.aliyuncs.com",
+    docs_url="https://www.alibabacloud.com/help/en/pai/developer-reference/api-paistudio-2022-01-12-createtrainingjob",
+    credentials={
+        "access_key_id": "login",
+        "secret_access_key": "password",
+        "session_token": "extra.security_token",
+        "region": "extra.region",
+        "project": "extra.workspace_id",
+    },
+    required_credentials=(),
+    labels={
+        "access_key_id": "AccessKey ID",
+        "secret_access_key": "AccessKey secret",
+        "session_token": "STS security token (optional)",
+        "region": "Region (e.g. cn-hangzhou)",
+        "project": "Workspace ID",
+        "host": "Endpoint override (optional)",
+    },
+    placeholders={
+        "region": "cn-hangzhou",
+        "project": "the PAI workspace jobs run in (a spec's WorkspaceId wins)",
+        "host": "https://pai.<region>.aliyuncs.com",
+    },
+)
