@@ -153,7 +153,8 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
                 spec = hook.dialect.resume_spec(spec, *self._resume_from) or spec
             tags = identity.tags()
             job = hook.create_job(hook.dialect.with_tags(spec, tags), tags)
-            self.log.info("Submitted training job %s on %s: %s", job.id, hook.dialect.name, job.console_url)
+            console = f" ({job.console_url})" if job.console_url else ""  # none on a local endpoint
+            self.log.info("Submitted training job %s on %s%s", job.id, hook.dialect.name, console)
         with self.owning(job):  # from here until the wait starts, a failure must not orphan the job
             self.remember(context, identity, job)
             if not self.wait_for_completion:
