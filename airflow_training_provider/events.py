@@ -3,7 +3,7 @@
 Platforms such as Together report *why* a job stopped only in its event list (an invalid W&B key,
 an exhausted balance). While a task waits, each new event is written to the task log once, in
 order; a cursor (the number of events already written) travels with the waiter — in trigger kwargs
-and in the ``event_cursor`` XCom, so a restarted triggerer resumes after the last written event.
+and in the try's ``event_cursor.try<n>`` XCom, so a restarted triggerer resumes after the last written event.
 """
 
 from __future__ import annotations

@@ -46,9 +46,9 @@ from airflow_training_provider.links import JOB_REF_XCOM_KEY, JobReference, Trai
 from airflow_training_provider.models import CancelResult, JobState, TrainingJob, complete_cancel_result
 from airflow_training_provider.progress import JobReport, describe
 from airflow_training_provider.task_instance_lookup import (
-    EVENT_CURSOR_XCOM_KEY,
     JOB_ID_XCOM_KEY,
     current_job_id,
+    event_cursor_key,
 )
 from airflow_training_provider.triggers.training_job import TrainingJobTrigger
 
@@ -316,10 +316,14 @@ class TrainingJobTaskMixin:
         tell a reassignment from a user's kill."""
         ti = context["ti"]
         ti.xcom_push(key=JOB_ID_XCOM_KEY, value=job.id)
-        if self.hook.dialect.capabilities.events:
-            # The trigger keeps its event cursor here; an existing key spares it a "not found" on start.
-            ti.xcom_push(key=EVENT_CURSOR_XCOM_KEY, value=0)
         identity = TaskIdentity.from_context(context)
+        if self.hook.dialect.capabilities.events:
+            # The trigger keeps its event cursor here; an existing key spares it a "not found" on
+            # start. Only that: a failure to write it must not fail the task (the trigger starts at 0).
+            try:
+                ti.xcom_push(key=event_cursor_key(identity.try_number), value=0)
+            except Exception as exc:  # noqa: BLE001
+                self.log.warning("Event cursor not initialised (%s)", exc)
         trigger = TrainingJobTrigger(
             conn_id=self.conn_id,
             job_id=job.id,

@@ -12,6 +12,14 @@ JOB_ID_XCOM_KEY = "job_id"
 EVENT_CURSOR_XCOM_KEY = "event_cursor"
 
 
+def event_cursor_key(try_number: int) -> str:
+    """The XCom key of a try's event cursor (``event_cursor.try2``). Per try: after a clear with
+    re-attach, the earlier try's trigger may still save its cursor while the new try starts; with
+    one key for both, the two writes race (the API server answers 409) and one try's cursor
+    overwrites the other's."""
+    return f"{EVENT_CURSOR_XCOM_KEY}.try{try_number}"
+
+
 def task_instance_state(identity: TaskIdentity) -> str | None:
     """The TI's current state (``"deferred"``, ``"failed"``...), ``None`` if none or unknown."""
     from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
@@ -45,7 +53,7 @@ def get_event_cursor(identity: TaskIdentity) -> int | None:
     from airflow.sdk.execution_time.xcom import XCom
 
     return XCom.get_one(
-        key=EVENT_CURSOR_XCOM_KEY,
+        key=event_cursor_key(identity.try_number),
         dag_id=identity.dag_id,
         task_id=identity.task_id,
         run_id=identity.run_id,
@@ -57,7 +65,7 @@ def set_event_cursor(identity: TaskIdentity, cursor: int) -> None:
     from airflow.sdk.execution_time.xcom import XCom
 
     XCom.set(
-        EVENT_CURSOR_XCOM_KEY,
+        event_cursor_key(identity.try_number),
         cursor,
         dag_id=identity.dag_id,
         task_id=identity.task_id,

@@ -82,7 +82,7 @@ class TrainingJobTrigger(BaseTrigger):
     :param deadline_kind: ``execution_timeout`` (the task's; a cancel per the policy) or
         ``sensor_timeout`` (a sensor's own ``timeout``; never a cancel).
     :param event_cursor: platform events already written to the task log (platforms with events);
-        the cursor is also kept in the ``event_cursor`` XCom so a restarted triggerer resumes after
+        the cursor is also kept in the try's ``event_cursor.try<n>`` XCom so a restarted triggerer resumes after
         the last written event.
     :param deferred_at: UNIX time (seconds) the task deferred; the event waits until
         ``deferred_at + resume_settle`` (see :class:`~airflow_training_provider.lifecycle.waiting.Polling`).
