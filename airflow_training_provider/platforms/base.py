@@ -66,6 +66,20 @@ def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
         return None
 
 
+def tag_pairs(tags: list[str]) -> dict[str, str]:
+    """Identity tags (``airflow-dag:x``) as key/value pairs (``{"airflow-dag": "x"}``), for
+    platforms that keep them as SageMaker tags or PAI labels."""
+    return dict(t.split(":", 1) for t in tags if ":" in t)
+
+
+def with_tag_pairs(existing: list[dict[str, Any]] | None, tags: list[str]) -> list[dict[str, str]]:
+    """``existing`` ``[{"Key", "Value"}]`` pairs with the identity ``tags`` added (they replace a
+    pair of the same key)."""
+    ident = tag_pairs(tags)
+    own = [pair for pair in existing or [] if pair.get("Key") not in ident]
+    return own + [{"Key": k, "Value": v} for k, v in ident.items()]
+
+
 class WireModel(BaseModel):
     """Base of every platform's wire models: unknown fields are kept, so a vendor adding fields never
     breaks a poll. In a job spec, a model whose content is free-form by the platform's docs sets

@@ -58,6 +58,8 @@ from airflow_training_provider.platforms.base import (
     HttpRequest,
     WireModel,
     retry_after_seconds,
+    tag_pairs,
+    with_tag_pairs,
 )
 from airflow_training_provider.platforms.descriptor import ConnectionParts, PlatformDescriptor, base_url_of
 
@@ -259,14 +261,9 @@ class PaiJobSpec(_Wire):
 
 
 # -- names and labels ---------------------------------------------------------------------------------
-def label_dict(tags: list[str]) -> dict[str, str]:
-    """Identity tags (``airflow-dag:x``) as PAI label pairs (``{"airflow-dag": "x"}``)."""
-    return dict(t.split(":", 1) for t in tags if ":" in t)
-
-
 def job_name(stem: str | None, tags: list[str]) -> str:
     """``<stem or af-<dag>-<task>>-t<try>``, cut to 64 characters of ``[A-Za-z0-9_-]``."""
-    ident = label_dict(tags)
+    ident = tag_pairs(tags)
     suffix = f"-t{ident.get('airflow-try', '1')}"
     readable = stem or f"af-{ident.get('airflow-dag', '')}-{ident.get('airflow-task', '')}"
     cleaned = re.sub(r"[^A-Za-z0-9_-]+", "-", readable).strip("-_") or "job"
@@ -347,9 +344,7 @@ class PaiDialect(Dialect):
 
     def with_tags(self, spec: dict[str, Any], tags: list[str]) -> dict[str, Any]:
         """``spec`` with the identity tags as job ``Labels`` and its name derived from them."""
-        ident = label_dict(tags)
-        own = [label for label in spec.get("Labels") or [] if label.get("Key") not in ident]
-        labels = own + [{"Key": k, "Value": v} for k, v in ident.items()]
+        labels = with_tag_pairs(spec.get("Labels"), tags)
         return {**spec, "Labels": labels, "TrainingJobName": job_name(spec.get("TrainingJobName"), tags)}
 
     def resume_spec(self, spec: dict[str, Any], job_id: str, checkpoint: Checkpoint) -> dict[str, Any] | None:
@@ -390,7 +385,7 @@ class PaiDialect(Dialect):
 
     def list_request(self, tags: list[str]) -> ApiRequest:
         params: dict[str, Any] = {"PageSize": 100, "PageNumber": 1, "SortBy": "GmtCreateTime", "Order": "ASC"}
-        if labels := label_dict(tags):
+        if labels := tag_pairs(tags):
             params["Labels"] = json.dumps(labels, separators=(",", ":"), sort_keys=True)
         return self._call("ListTrainingJobs", "GET", PATH, params=params)
 

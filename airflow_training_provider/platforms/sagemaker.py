@@ -56,6 +56,8 @@ from airflow_training_provider.platforms.base import (
     HttpRequest,
     WireModel,
     retry_after_seconds,
+    tag_pairs,
+    with_tag_pairs,
 )
 from airflow_training_provider.platforms.descriptor import ConnectionParts, PlatformDescriptor, base_url_of
 
@@ -262,18 +264,13 @@ class SageMakerJobSpec(_Wire):
 
 
 # -- names and tags ---------------------------------------------------------------------------------
-def tag_dict(tags: list[str]) -> dict[str, str]:
-    """Identity tags (``airflow-dag:x``) as SageMaker tag pairs (``{"airflow-dag": "x"}``)."""
-    return dict(t.split(":", 1) for t in tags if ":" in t)
-
-
 def job_name(stem: str | None, tags: list[str]) -> str:
     """The job name of a task-instance try, the same every time it is computed for that try.
 
     ``<stem>-t<try>`` when the spec names the job (a stem unique per run, e.g. with
     ``{{ ts_nodash }}``), else ``af-<dag>-<task>-<hash of deployment, dag, run, task, map>-t<try>``,
     cut to SageMaker's 63 characters and pattern."""
-    ident = tag_dict(tags)
+    ident = tag_pairs(tags)
     suffix = f"-t{ident.get('airflow-try', '1')}"
     if stem is None:
         digest = hashlib.sha1(
@@ -345,9 +342,7 @@ class SageMakerDialect(Dialect):
 
     def with_tags(self, spec: dict[str, Any], tags: list[str]) -> dict[str, Any]:
         """``spec`` with the identity tags as SageMaker tags and its name derived from them."""
-        ident = tag_dict(tags)
-        own = [t for t in spec.get("Tags") or [] if t.get("Key") not in ident]
-        tagged = {**spec, "Tags": own + [{"Key": k, "Value": v} for k, v in ident.items()]}
+        tagged = {**spec, "Tags": with_tag_pairs(spec.get("Tags"), tags)}
         tagged["TrainingJobName"] = job_name(spec.get("TrainingJobName"), tags)
         return tagged
 
@@ -386,7 +381,9 @@ class SageMakerDialect(Dialect):
         return self._op("StopTrainingJob", {"TrainingJobName": job_id})
 
     def list_request(self, tags: list[str]) -> ApiRequest:
-        filters = [{"Name": f"Tags.{k}", "Operator": "Equals", "Value": v} for k, v in tag_dict(tags).items()]
+        filters = [
+            {"Name": f"Tags.{k}", "Operator": "Equals", "Value": v} for k, v in tag_pairs(tags).items()
+        ]
         body = {
             "Resource": "TrainingJob",
             "SearchExpression": {"Filters": filters, "Operator": "And"},

@@ -30,6 +30,7 @@ from airflow_training_provider.hooks.training import PLATFORM_HOOKS
 from airflow_training_provider.hooks.transport import prepare_request
 from airflow_training_provider.models import CancelRequest, JobState
 from airflow_training_provider.platforms import PLATFORMS, pai, sagemaker, tensorone, together
+from airflow_training_provider.platforms.base import tag_pairs
 from airflow_training_provider.platforms.descriptor import PlatformDescriptor
 from tests.unit import test_pai_dialect as pa
 from tests.unit import test_sagemaker_dialect as sm
@@ -146,7 +147,7 @@ CASES = [
         },
         with_tags_in_job=lambda body, tags: {
             **body,
-            "Tags": [{"Key": k, "Value": v} for k, v in sagemaker.tag_dict(tags).items()],
+            "Tags": [{"Key": k, "Value": v} for k, v in tag_pairs(tags).items()],
         },
     ),
     Case(
@@ -196,7 +197,7 @@ CASES = [
         connection=pa.CONNECTION,
         with_tags_in_job=lambda body, tags: {
             **body,
-            "Labels": [{"Key": k, "Value": v} for k, v in pai.label_dict(tags).items()],
+            "Labels": [{"Key": k, "Value": v} for k, v in tag_pairs(tags).items()],
         },
     ),
 ]

@@ -11,8 +11,8 @@ from airflow_training_provider.hooks.transport import prepare_request
 from airflow_training_provider.lifecycle.operations import JobOperations
 from airflow_training_provider.local_platform.errors import ApiError
 from airflow_training_provider.models import JobState
-from airflow_training_provider.platforms.base import Credentials
-from airflow_training_provider.platforms.sagemaker import NAME_PATTERN, SageMakerDialect, job_name, tag_dict
+from airflow_training_provider.platforms.base import Credentials, tag_pairs
+from airflow_training_provider.platforms.sagemaker import NAME_PATTERN, SageMakerDialect, job_name
 from tests.unit.canned import Canned
 
 D = SageMakerDialect()
@@ -116,7 +116,7 @@ def test_with_tags_names_the_job_and_tags_it_as_sagemaker_tags():
     tagged = D.with_tags(spec, TAGS)
     assert tagged["TrainingJobName"] == job_name(None, TAGS) == D.created_job_id(tagged)
     assert {"Key": "team", "Value": "ml"} in tagged["Tags"]
-    assert {"Key": "airflow-try", "Value": "2"} in tagged["Tags"] and tag_dict(TAGS)["airflow-map"] == "-1"
+    assert {"Key": "airflow-try", "Value": "2"} in tagged["Tags"] and tag_pairs(TAGS)["airflow-map"] == "-1"
 
 
 def test_spec_validation_names_the_field_and_writes_numbers_as_strings():
@@ -188,7 +188,7 @@ def _search_answer(tags: list[str]) -> dict:
     job = {
         **DESCRIBE,
         "TrainingJobName": job_name(None, TAGS),
-        "Tags": [{"Key": k, "Value": v} for k, v in tag_dict(tags).items()],
+        "Tags": [{"Key": k, "Value": v} for k, v in tag_pairs(tags).items()],
     }
     return {"Results": [{"TrainingJob": job}]}
 

@@ -34,8 +34,9 @@ from typing import Any
 from airflow_training_provider.local_platform.engine import JobSpec
 from airflow_training_provider.local_platform.errors import ApiError
 from airflow_training_provider.local_platform.formatting import iso
-from airflow_training_provider.local_platform.platforms.sagemaker.wire import (
+from airflow_training_provider.local_platform.platforms.common import (
     latest_checkpoint,
+    tags_of,
     trainer_settings,
 )
 from airflow_training_provider.local_platform.trainer import DATASETS
@@ -222,9 +223,7 @@ def job_to_wire(rec: dict[str, Any], base_console: str | None = None) -> dict[st
         "InputChannels": req.get("InputChannels") or [],
         "OutputChannels": req.get("OutputChannels") or [],
         "Scheduler": req.get("Scheduler"),
-        "Labels": [
-            {"Key": k, "Value": v} for k, v in (t.split(":", 1) if ":" in t else (t, "") for t in rec["tags"])
-        ],
+        "Labels": tags_of(rec),
         "TrainingJobDescription": rec.get("description"),
         "GmtCreateTime": iso(rec["created_at"]),
         "GmtModifiedTime": stamp,

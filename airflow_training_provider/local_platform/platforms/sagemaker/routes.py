@@ -30,6 +30,7 @@ from airflow_training_provider.local_platform.engine import (
     TrainingEngine,
 )
 from airflow_training_provider.local_platform.errors import ApiError
+from airflow_training_provider.local_platform.platforms.common import tags_of
 from airflow_training_provider.local_platform.platforms.sagemaker import wire
 from airflow_training_provider.local_platform.platforms.sagemaker.sigv4 import verify
 
@@ -136,7 +137,7 @@ def build_router(
         filters = expression.get("Filters") or []
         results = []
         for rec in engine.list(wire.PLATFORM):
-            job = {**wire.job_to_wire(rec, region), "Tags": wire.tags_of(rec)}
+            job = {**wire.job_to_wire(rec, region), "Tags": tags_of(rec)}
             matched = [_matches(job, f) for f in filters]
             if not filters or (all(matched) if expression.get("Operator", "And") == "And" else any(matched)):
                 results.append({"TrainingJob": job})
@@ -151,20 +152,20 @@ def build_router(
     def add_tags(body: dict[str, Any]) -> dict[str, Any]:
         rec = by_arn(body.get("ResourceArn"))
         new = {t["Key"]: t.get("Value", "") for t in body.get("Tags") or []}
-        kept = [t for t in wire.tags_of(rec) if t["Key"] not in new]
+        kept = [t for t in tags_of(rec) if t["Key"] not in new]
         engine.set_tags(
             rec["job_id"], [f"{t['Key']}:{t['Value']}" for t in kept] + [f"{k}:{v}" for k, v in new.items()]
         )
         return {"Tags": [{"Key": k, "Value": v} for k, v in new.items()]}
 
     def list_tags(body: dict[str, Any]) -> dict[str, Any]:
-        return {"Tags": wire.tags_of(by_arn(body.get("ResourceArn")))}
+        return {"Tags": tags_of(by_arn(body.get("ResourceArn")))}
 
     def delete_tags(body: dict[str, Any]) -> dict[str, Any]:
         rec = by_arn(body.get("ResourceArn"))
         gone = set(body.get("TagKeys") or [])
         engine.set_tags(
-            rec["job_id"], [f"{t['Key']}:{t['Value']}" for t in wire.tags_of(rec) if t["Key"] not in gone]
+            rec["job_id"], [f"{t['Key']}:{t['Value']}" for t in tags_of(rec) if t["Key"] not in gone]
         )
         return {}
 
