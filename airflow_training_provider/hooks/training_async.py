@@ -22,6 +22,7 @@ from airflow.providers.common.compat.connection import get_async_connection
 from airflow.providers.http.hooks.http import HttpAsyncHook
 from airflow.sdk.bases.hook import BaseHook
 from tenacity import AsyncRetrying
+from yarl import URL
 
 from airflow_training_provider.errors import PlatformAuthError, TransientPlatformError
 from airflow_training_provider.hooks.connection import PlatformConnection
@@ -191,6 +192,7 @@ class AsyncTrainingPlatformClient(JobApi):
         self.ops = JobOperations(connection.dialect, connection.base_url)
         self._options = request_options or {}
         self._prepare = PreparedRequests(connection.dialect, connection.base_url, connection.credentials)
+        self._url: tuple[str, URL] = ("", URL())  # the last URL sent, parsed: a poll sends the same one
 
     async def drive(self, operation: Operation[Any], report: Callable[[Any], Any] | None = None) -> Any:
         """Run a lifecycle operation to its result (see ``TrainingPlatformHook.drive``); ``report``
@@ -238,9 +240,11 @@ class AsyncTrainingPlatformClient(JobApi):
             http = self._prepare(request)
         else:  # refreshable credentials may call out to refresh while signing: not on the event loop
             http = await asyncio.to_thread(self._prepare, request)
+        if self._url[0] != http.url:  # yarl parses a str URL on every request; a URL object is used as is
+            self._url = (http.url, URL(http.url))
         try:
             async with self.session.request(
-                http.method, http.url, data=http.body or None, headers=http.headers, **self._options
+                http.method, self._url[1], data=http.body or None, headers=http.headers, **self._options
             ) as response:
                 raw = await response.read()  # bytes: JSON is UTF-8, no charset sniffing per poll
                 return decode_response(conn.dialect, request, response.status, response.headers, raw)

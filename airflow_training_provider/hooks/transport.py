@@ -189,6 +189,14 @@ def decode_response(
         as transient (by default 408/425/429/5xx).
     :raises TrainingPlatformError: (a subclass chosen by :meth:`Dialect.classify_error`) otherwise.
     """
+    if request.reader is not None and 200 <= status < 300:
+        try:
+            return request.reader(text)
+        except ValueError as exc:  # pydantic's ValidationError too: a 2xx that is not what we asked for
+            raise TransientPlatformError(
+                f"malformed response body from {request.method} {request.path}: {_first_line(exc)}",
+                status=status,
+            ) from None
     try:
         body = json.loads(text) if text else None
     except ValueError:
@@ -201,6 +209,10 @@ def decode_response(
     if 200 <= status < 300:
         return body
     raise dialect.classify_error(status, headers, body, _as_text(text))
+
+
+def _first_line(exc: ValueError) -> str:
+    return str(exc).splitlines()[0][:200] if str(exc) else exc.__class__.__name__
 
 
 def _as_text(text: str | bytes) -> str:

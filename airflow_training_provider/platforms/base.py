@@ -17,7 +17,7 @@ import json
 import logging
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from email.utils import parsedate_to_datetime
@@ -122,6 +122,10 @@ class ApiRequest:
     :ivar idempotent: whether the call may be re-sent after it may have landed (a create usually not).
     :ivar budget: seconds to keep retrying transient failures (an outage budget) instead of a fixed
         number of attempts; set by the job lifecycle, not by dialects.
+    :ivar reader: reads a 2xx body (the raw ``bytes``, or ``str`` from the sync hook) into what the
+        caller gets instead of the decoded JSON; a body it cannot read (``ValueError``, pydantic's
+        ``ValidationError`` included) is *malformed*, retried like a 5xx. Set by the job lifecycle
+        for polls (:meth:`Dialect.read_poll`: one validation straight from the bytes), not by dialects.
     """
 
     method: str
@@ -132,6 +136,7 @@ class ApiRequest:
     content_type: str = "application/json"
     idempotent: bool = True
     budget: float | None = None
+    reader: Callable[[bytes | str], Any] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass
@@ -327,6 +332,14 @@ class Dialect(ABC):
         waiting job, so a dialect may parse less here than :meth:`parse_job`; a terminal job is
         parsed again with :meth:`parse_job`. By default the same as :meth:`parse_job`."""
         return self.parse_job(body)
+
+    def read_poll(self, raw: bytes | str) -> TrainingJob:
+        """:meth:`parse_poll` of a Get job answer's raw body. A dialect whose poll view is one wire
+        model overrides it to validate the bytes directly (pydantic's ``model_validate_json``:
+        no intermediate dicts, the cheapest read per poll).
+
+        :raises ValueError: the body is not JSON or not a job (pydantic's ``ValidationError``)."""
+        return self.parse_poll(json.loads(raw))
 
     @abstractmethod
     def parse_cancel(self, job_id: str, body: Any) -> CancelResult: ...

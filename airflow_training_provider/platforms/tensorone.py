@@ -14,7 +14,7 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, PositiveInt
+from pydantic import ConfigDict, Field, PositiveInt
 
 from airflow_training_provider.errors import InvalidJobSpecError
 from airflow_training_provider.models import (
@@ -88,14 +88,26 @@ class WireJob(_Wire):
     consoleUrl: str | None = None
 
 
+class _PollProgress(WireProgress):
+    model_config = ConfigDict(extra="ignore")
+
+
+class _PollCosts(WireCosts):
+    model_config = ConfigDict(extra="ignore")
+
+
 class WirePoll(_Wire):
-    """What a poll reads of a Get job answer (:meth:`TensorOneDialect.parse_poll`)."""
+    """What a poll reads of a Get job answer (:meth:`TensorOneDialect.parse_poll`). Fields it does
+    not name are skipped, not kept (checkpoints, timestamps: read once, by :class:`WireJob`, when
+    the job ends): a poll builds no objects it will not use."""
+
+    model_config = ConfigDict(extra="ignore")
 
     jobId: str
     status: str
-    progress: WireProgress | None = None
+    progress: _PollProgress | None = None
     metrics: dict[str, Any] | None = None
-    costs: WireCosts | None = None
+    costs: _PollCosts | None = None
     estimatedCost: dict[str, Any] | None = None
     error: str | dict[str, Any] | None = None
     message: str | None = None
@@ -354,6 +366,10 @@ class TensorOneDialect(Dialect):
     def parse_poll(self, body: Any) -> TrainingJob:
         """Get job, reading only what a poll needs (no checkpoints or timestamps)."""
         return self._job(WirePoll.model_validate(body))
+
+    def read_poll(self, raw: bytes | str) -> TrainingJob:
+        """:meth:`parse_poll` validating the raw body directly (no intermediate dicts)."""
+        return self._job(WirePoll.model_validate_json(raw))
 
     def _job(self, wire: WireJob | WirePoll) -> TrainingJob:
         progress = wire.progress or _NO_PROGRESS

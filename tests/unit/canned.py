@@ -4,10 +4,12 @@ exception to throw in), on a fake clock that only moves when the operation sleep
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
+from airflow_training_provider.errors import TransientPlatformError
 from airflow_training_provider.lifecycle.operations import NewEvents, Operation, Progress, Sleep, advance
 from airflow_training_provider.platforms.base import ApiRequest
 
@@ -56,6 +58,11 @@ class Canned:
                 answer = self.reply(step)
                 if isinstance(answer, BaseException):
                     error = answer
+                elif step.reader is not None:  # as the transport does: the raw body, read
+                    try:
+                        reply = step.reader(json.dumps(answer))
+                    except ValueError as exc:
+                        error = TransientPlatformError(f"malformed response body: {exc}")
                 else:
                     reply = answer
             elif isinstance(step, Sleep):
