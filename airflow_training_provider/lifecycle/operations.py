@@ -143,8 +143,12 @@ class JobOperations:
 
         :raises JobNotFoundError: the platform does not know the job.
         """
-        body = yield from self._call(self.dialect.get_request(job_id), budget)
-        return self._linked(self.dialect.parse_job(body))
+        return (yield replace(self.dialect.get_request(job_id), budget=budget, reader=self._read_job))
+
+    def _read_job(self, raw: bytes | str) -> TrainingJob:
+        """A Get job answer (raw body) as the job; read in the transport, so a 2xx body that is not
+        a job is a failed call (transient), like a 5xx."""
+        return self._linked(self.dialect.parse_job(json.loads(raw)))
 
     def list_events(self, job_id: str, budget: float | None = None) -> Operation[list[JobEvent]]:
         """The job's platform events, oldest first (``[]`` for platforms without events)."""

@@ -181,6 +181,19 @@ def test_an_optional_list_endpoint_that_is_refused_never_fails_the_first_try(con
     assert control.job(result["id"])["state"] in {"queued", "starting", "running", "succeeded"}
 
 
+def test_a_poll_answered_200_with_a_body_that_is_not_a_job_is_retried_not_a_broken_wait(control):
+    # valid JSON, but no status: a proxy's or a half-deployed API's answer; the wait goes on
+    rule = control.add_fault(method="GET", path_prefix="/v2/training/jobs/", body='{"jobId": "x"}', count=2)
+    op = submit("tensorone", tensorone_spec(epochs=1), deferrable=True, poll_interval=1)
+    try:
+        result = run_task(op, task_context(op, run_id="not-a-job"))
+        fired = control.fault(rule["id"])["fired"]
+    finally:
+        control.clear_faults(rule_id=rule["id"])
+    assert fired == 2
+    assert result["state"] == "succeeded" and result["checkpoints"]
+
+
 def _marked(request):
     """The list request with a header the fault rule matches (so only it is refused)."""
     from dataclasses import replace

@@ -57,6 +57,20 @@ def test_malformed_2xx_body_is_transient():
         decode_response(D, GET, 200, {}, "<html>oops")
 
 
+def test_a_poll_body_is_read_by_the_request_reader_and_one_that_is_not_a_job_is_transient():
+    from dataclasses import replace
+
+    poll = replace(D.get_request("j"), reader=D.read_poll)
+    job = decode_response(D, poll, 200, {}, b'{"jobId": "j", "status": "running", "checkpoints": [{}]}')
+    assert (job.id, job.state.value, job.checkpoints) == ("j", "running", [])
+    with pytest.raises(TransientPlatformError, match=r"malformed.*GET /v2/training/jobs/j.*validation error"):
+        decode_response(D, poll, 200, {}, b'{"jobId": "j"}')  # JSON, but no status
+    with pytest.raises(TransientPlatformError, match="malformed"):
+        decode_response(D, poll, 200, {}, b"<html>oops")
+    with pytest.raises(JobStateConflictError):  # an error answer is classified as before, unread
+        decode_response(D, poll, 409, {}, b'{"error": "STATE_CONFLICT", "message": "done"}')
+
+
 def test_429_is_transient_with_retry_after_and_not_processed():
     with pytest.raises(TransientPlatformError) as err:
         decode_response(
