@@ -37,6 +37,7 @@ from airflow_training_provider.task_instance_lookup import (
     task_instance_state,
 )
 from airflow_training_provider.triggers.heap import start_gc_freezer
+from airflow_training_provider.triggers.shutdown import stopping, watch_stop_signals
 
 # Strong references to in-flight on_kill cancellations: a task only weakly referenced by the loop
 # could be garbage-collected mid-cancel.
@@ -64,6 +65,8 @@ class _CursorSavingReport(JobReport):
         self.wrote_events_at = 0.0  # time.monotonic() of the last events written
 
     def __call__(self, step: Step) -> Awaitable[None] | None:  # type: ignore[override]
+        if isinstance(step, NewEvents) and stopping():
+            return None  # the triggerer is stopping: its restart writes them (triggers/shutdown.py)
         super().__call__(step)
         if isinstance(step, NewEvents):
             self.wrote_events_at = time.monotonic()
@@ -156,6 +159,7 @@ class TrainingJobTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         polling = self.polling
         start_gc_freezer()  # opt-in, once per triggerer process (see triggers/heap.py)
+        watch_stop_signals()  # once per process: no events written once it is told to stop
         retry = RetryPolicy(call_timeout=min(30.0, polling.poll_interval * 2 + 5))
         async with AsyncTrainingPlatformHook(self.conn_id, retry).client() as client:  # the hook is not kept
             cursor = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -40,3 +41,59 @@ def test_trigger_serializes_flat_json_and_round_trips():
 def test_trigger_refuses_unknown_options():
     with pytest.raises(TypeError, match="cancel_on_kil"):
         TrainingJobTrigger(conn_id="c", job_id="j", cancel_on_kil=True)
+
+
+def test_a_stop_signal_to_the_trigger_runner_is_recorded_and_forwarded_nowhere_else():
+    import os
+    import signal
+
+    from airflow_training_provider.triggers import shutdown
+
+    class TriggerRunner:  # stands in for Airflow's: its handlers are what the runner installs
+        received: list[int] = []
+
+        def _handle_signal(self, signum, frame):
+            self.received.append(signum)
+
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    saved_state = dict(shutdown._state)
+    try:
+        shutdown._state.update(installed=False, stopping=False)
+        assert shutdown.watch_stop_signals() is False  # not a trigger runner's handlers: left alone
+        assert signal.getsignal(signal.SIGTERM) is saved[signal.SIGTERM]
+        runner = TriggerRunner()
+        for sig in saved:
+            signal.signal(sig, runner._handle_signal)
+        assert shutdown.watch_stop_signals() is True and shutdown.watch_stop_signals() is False
+        assert not shutdown.stopping()
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert shutdown.stopping() and runner.received == [signal.SIGTERM]  # the runner still stops
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+        shutdown._state.clear()
+        shutdown._state.update(saved_state)
+
+
+def test_events_arriving_while_the_triggerer_stops_are_not_written_or_counted(monkeypatch):
+    import logging
+
+    from airflow_training_provider.lifecycle.operations import NewEvents
+    from airflow_training_provider.models import JobEvent
+    from airflow_training_provider.triggers import shutdown
+    from airflow_training_provider.triggers.training_job import _CursorSavingReport
+
+    saves = []
+
+    async def save(cursor):
+        saves.append(cursor)
+
+    report = _CursorSavingReport(logging.getLogger("t"), 0, save)
+    first = NewEvents((JobEvent(type="a", message="one"),), 1)
+    pending = report(first)
+    assert pending is not None and report.cursor == 1
+    asyncio.run(pending)
+    assert saves == [1]
+    monkeypatch.setitem(shutdown._state, "stopping", True)
+    assert report(NewEvents((JobEvent(type="b", message="two"),), 2)) is None
+    assert report.cursor == 1 and saves == [1]
