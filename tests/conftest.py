@@ -21,6 +21,9 @@ AWS_ACCESS_KEY_ID = "AKIDTESTLOCAL"
 PAI_ACCESS_KEY_ID = "LTAITESTLOCAL"
 """The PAI emulation checks ACS3 signatures for this AccessKey (secret: :data:`API_KEY`)."""
 PAI_WORKSPACE_ID = "86995"
+MODELARTS_ACCESS_KEY = "HWTESTLOCALAK"
+"""The ModelArts emulation checks SDK-HMAC-SHA256 signatures for this AK (secret key: :data:`API_KEY`)."""
+MODELARTS_PROJECT_ID = "0a1b2c3d4e5f"
 
 
 @pytest.fixture(scope="session")
@@ -39,6 +42,9 @@ def platform(tmp_path_factory):
         pai_access_key_id=PAI_ACCESS_KEY_ID,
         pai_access_key_secret=API_KEY,
         pai_stop_grace_seconds=5,
+        modelarts_access_key=MODELARTS_ACCESS_KEY,
+        modelarts_secret_key=API_KEY,
+        modelarts_stop_grace_seconds=5,
     ) as server:
         yield server
 
@@ -68,6 +74,21 @@ def pai_connection(url: str, **extra) -> str:
             "login": PAI_ACCESS_KEY_ID,
             "password": API_KEY,
             "extra": {"region": "cn-hangzhou", "workspace_id": PAI_WORKSPACE_ID, **extra},
+        }
+    )
+
+
+def modelarts_connection(url: str, **extra) -> str:
+    """A ``modelarts`` connection to the local platform's ModelArts, as ``AIRFLOW_CONN_*`` JSON."""
+    import json
+
+    return json.dumps(
+        {
+            "conn_type": "modelarts",
+            "host": url,
+            "login": MODELARTS_ACCESS_KEY,
+            "password": API_KEY,
+            "extra": {"region": "cn-north-4", "project_id": MODELARTS_PROJECT_ID, **extra},
         }
     )
 

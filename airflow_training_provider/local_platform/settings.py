@@ -17,7 +17,15 @@ from airflow_training_provider.local_platform.engine import EngineConfig
 from airflow_training_provider.local_platform.platforms import LOCAL_PLATFORMS
 
 API_KEY_ENV = "AIRFLOW_TRAINING_PLATFORM_API_KEY"
-SECRET_FIELDS = frozenset({"api_key", "sagemaker_secret_access_key", "pai_access_key_secret"})
+SECRET_FIELDS = frozenset(
+    {
+        "api_key",
+        "sagemaker_secret_access_key",
+        "pai_access_key_secret",
+        "modelarts_secret_key",
+        "modelarts_auth_token",
+    }
+)
 """Settings never shown back (``/_local/settings`` redacts them)."""
 
 

@@ -3,7 +3,7 @@ Airflow connection type. Adding a platform adds its module to :data:`PLATFORMS` 
 
 from __future__ import annotations
 
-from airflow_training_provider.platforms import pai, sagemaker, tensorone, together
+from airflow_training_provider.platforms import modelarts, pai, sagemaker, tensorone, together
 from airflow_training_provider.platforms.base import (
     ApiRequest,
     Capabilities,
@@ -14,7 +14,8 @@ from airflow_training_provider.platforms.base import (
 from airflow_training_provider.platforms.descriptor import PlatformDescriptor
 
 PLATFORMS: dict[str, PlatformDescriptor] = {
-    p.conn_type: p for p in (tensorone.PLATFORM, together.PLATFORM, sagemaker.PLATFORM, pai.PLATFORM)
+    p.conn_type: p
+    for p in (tensorone.PLATFORM, together.PLATFORM, sagemaker.PLATFORM, pai.PLATFORM, modelarts.PLATFORM)
 }
 """Connection type → platform descriptor."""
 

@@ -5,8 +5,8 @@ the UI tests use :func:`dev_stack`.
 
 The UI asks for a login (simple auth manager): user ``admin``, password ``admin`` unless given.
 Connections are stored in the metadata database (so the Connections page lists them and their
-Test button works): ``tensorone_local``, ``together_local``, ``aws_local`` (SageMaker) and
-``pai_local`` (Alibaba Cloud PAI).
+Test button works): ``tensorone_local``, ``together_local``, ``aws_local`` (SageMaker),
+``pai_local`` (Alibaba Cloud PAI) and ``modelarts_local`` (Huawei Cloud ModelArts).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from airflow_training_provider.testing.stack import AIRFLOW, AirflowStack
 API_KEY = "local-key"
 AWS_ACCESS_KEY_ID = "AKIDLOCALUI"
 PAI_ACCESS_KEY_ID = "LTAILOCALUI"
+MODELARTS_ACCESS_KEY = "HWLOCALUIAK"
 
 
 def connections(platform_url: str) -> list[dict[str, Any]]:
@@ -67,6 +68,14 @@ def connections(platform_url: str) -> list[dict[str, Any]]:
             "login": PAI_ACCESS_KEY_ID,
             "password": API_KEY,
             "extra": json.dumps({"region": "cn-hangzhou", "workspace_id": "86995"}),
+        },
+        {
+            "connection_id": "modelarts_local",
+            "conn_type": "modelarts",
+            "host": platform_url,
+            "login": MODELARTS_ACCESS_KEY,
+            "password": API_KEY,
+            "extra": json.dumps({"region": "cn-north-4", "project_id": "0a1b2c3d4e5f"}),
         },
     ]
 
@@ -117,6 +126,8 @@ def dev_stack(
         "sagemaker_secret_access_key": API_KEY,
         "pai_access_key_id": PAI_ACCESS_KEY_ID,  # ACS3 checked: a wrong secret is refused
         "pai_access_key_secret": API_KEY,
+        "modelarts_access_key": MODELARTS_ACCESS_KEY,  # SDK-HMAC-SHA256 checked: a wrong SK is refused
+        "modelarts_secret_key": API_KEY,
         **platform_options,
     }
     postgres = PostgresServer().start()

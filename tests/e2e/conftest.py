@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from airflow_training_provider.local_platform.server import LocalPlatformServer
-from tests.conftest import API_KEY, aws_connection, pai_connection
+from tests.conftest import API_KEY, aws_connection, modelarts_connection, pai_connection
 
 ROOT = Path(__file__).resolve().parents[2]
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
@@ -78,6 +78,7 @@ def airflow_env(tmp_path_factory, conn_uri_env, platform, broke_platform) -> Air
         ),
         "AIRFLOW_CONN_AWS_LOCAL": aws_connection(platform.url),
         "AIRFLOW_CONN_PAI_LOCAL": pai_connection(platform.url),
+        "AIRFLOW_CONN_MODELARTS_LOCAL": modelarts_connection(platform.url),
         "TRAINING_MODEL_REGISTRY": str(registry),
         "PYTHONUNBUFFERED": "1",
     }

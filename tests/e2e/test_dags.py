@@ -5,6 +5,7 @@ Assertions are on the platform's own job records (``/_local/jobs``) and files, n
 from __future__ import annotations
 
 import json
+import re
 import signal
 import time
 from pathlib import Path
@@ -73,6 +74,28 @@ def test_pai_example_dag_trains_evaluates_and_promotes(airflow_env, platform):
     assert record["job_id"] == job["job_id"] and record["validation_accuracy"] >= 0.90
     assert record["checkpoints"].startswith("oss://") and record["run_seconds"] >= 1
     assert [c for c in job["checkpoints"] if c["kind"] == "automatic"], "checkpoints in the channel"
+    for event in ("[job_start]", "[epoch_complete] Epoch 10 complete", "[training_complete]"):
+        assert event in out, f"event {event} not in the task log"
+    assert API_KEY not in out
+
+
+def test_modelarts_example_dag_trains_and_registers(airflow_env, platform):
+    before = {j["job_id"] for j in platform_jobs(platform)}
+    run = airflow_env.dags_test("modelarts_retrain_digits")
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out[-5000:]
+    new = [j for j in platform_jobs(platform) if j["job_id"] not in before]
+    assert len(new) == 1 and new[0]["platform"] == "modelarts", "exactly one job submitted"
+    job = new[0]
+    assert job["state"] == "succeeded" and re.fullmatch(r"digits-\d{8}-[0-9a-f]{8}-t1", job["name"]), job[
+        "name"
+    ]
+    assert "airflow-dag:modelarts_retrain_digits" in job["tags"] and "airflow-try:1" in job["tags"]
+    record = json.loads((airflow_env.registry / "digits-modelarts.json").read_text())
+    assert record["job_id"] == job["job_id"] and record["state"] == "succeeded"
+    assert record["checkpoints"].startswith("/ml-training-local/checkpoints/") and record["run_seconds"] >= 1
+    files = [Path(c["path"]) for c in job["checkpoints"] if c["kind"] == "automatic"]
+    assert files and all(f.is_file() and "obs/ml-training-local/checkpoints" in str(f) for f in files)
     for event in ("[job_start]", "[epoch_complete] Epoch 10 complete", "[training_complete]"):
         assert event in out, f"event {event} not in the task log"
     assert API_KEY not in out

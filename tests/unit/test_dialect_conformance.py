@@ -29,9 +29,10 @@ from airflow_training_provider.hooks.connection import PlatformConnection
 from airflow_training_provider.hooks.training import PLATFORM_HOOKS
 from airflow_training_provider.hooks.transport import prepare_request
 from airflow_training_provider.models import CancelRequest, JobState
-from airflow_training_provider.platforms import PLATFORMS, pai, sagemaker, tensorone, together
+from airflow_training_provider.platforms import PLATFORMS, modelarts, pai, sagemaker, tensorone, together
 from airflow_training_provider.platforms.base import tag_pairs
 from airflow_training_provider.platforms.descriptor import PlatformDescriptor
+from tests.unit import test_modelarts_dialect as ma
 from tests.unit import test_pai_dialect as pa
 from tests.unit import test_sagemaker_dialect as sm
 from tests.unit import test_tensorone_dialect as t1
@@ -200,6 +201,41 @@ CASES = [
             "Labels": [{"Key": k, "Value": v} for k, v in tag_pairs(tags).items()],
         },
     ),
+    Case(
+        platform=modelarts.PLATFORM,
+        spec=ma.SPEC,
+        created=ma.CREATED,
+        job=ma.JOB,
+        job_id=ma.JOB_ID,
+        terminal={
+            "Completed": JobState.SUCCEEDED,
+            "Failed": JobState.FAILED,
+            "Abnormal": JobState.FAILED,
+            "Terminated": JobState.CANCELLED,
+        },
+        running=("Creating", "Pending", "Running", "Terminating"),
+        errors={
+            PlatformAuthError: (
+                401,
+                {"error_code": "APIGW.0301", "error_msg": "Incorrect IAM authentication"},
+            ),
+            JobNotFoundError: (404, {"error_code": "ModelArts.2762", "error_msg": "no job"}),
+            JobStateConflictError: (
+                400,
+                {
+                    "error_code": "ModelArts.2767",
+                    "error_msg": "The training job in phase Completed cannot be terminated.",
+                },
+            ),
+            TransientPlatformError: (503, {"error_code": "ModelArts.0011", "error_msg": "busy"}),
+            TrainingPlatformError: (400, {"error_code": "ModelArts.0101", "error_msg": "bad"}),
+        },
+        connection=ma.CONNECTION,
+        with_tags_in_job=lambda body, tags: {
+            **body,
+            "metadata": {**body["metadata"], "annotations": tag_pairs(tags)},
+        },
+    ),
 ]
 IDS = [c.platform.conn_type for c in CASES]
 every_platform = pytest.mark.parametrize("case", CASES, ids=IDS)
@@ -355,6 +391,7 @@ TYPOS = {
         "HyperParameter",
         "HyperParameters",
     ),
+    "modelarts": ({**ma.SPEC, "algorithms": ma.SPEC["algorithm"]}, "algorithms", "algorithm"),
 }
 NUMBERS = {
     "tensorone": (
@@ -369,6 +406,11 @@ NUMBERS = {
     ),
     "aws": ({**sm.SPEC, "HyperParameters": {"epochs": 3}}, ("HyperParameters", "epochs"), "3"),
     "pai": ({**pa.SPEC, "HyperParameters": {"epochs": 3}}, ("HyperParameters", 0, "Value"), "3"),
+    "modelarts": (
+        {**ma.SPEC, "spec": {"resource": {"flavor_id": "f", "node_count": "2"}}},
+        ("spec", "resource", "node_count"),
+        2,
+    ),
 }
 
 
@@ -410,6 +452,10 @@ def test_a_nested_typo_is_named_with_its_path(case):
         "pai": (
             {**pa.SPEC, "ComputeResource": {"EcsSpec": "ecs.gn7i", "EcsCnt": 2}},
             "ComputeResource.EcsCnt",
+        ),
+        "modelarts": (
+            {**ma.SPEC, "spec": {"resource": {"flavor_id": "f", "node_cont": 2}}},
+            "spec.resource.node_cont",
         ),
     }[case.platform.conn_type]
     with pytest.raises(InvalidJobSpecError) as err:

@@ -19,7 +19,7 @@ def test_entry_point_resolves_to_provider_info():
 
 def test_connection_types_and_forms():
     types = {c["connection-type"]: c for c in get_provider_info()["connection-types"]}
-    assert set(types) == {"tensorone", "together", "pai"}  # aws belongs to the Amazon provider
+    assert set(types) == {"tensorone", "together", "pai", "modelarts"}  # aws belongs to the Amazon provider
     pai = types["pai"]
     assert pai["ui-field-behaviour"]["hidden-fields"] == ["schema", "port"]
     assert pai["ui-field-behaviour"]["relabeling"]["login"] == "AccessKey ID"

@@ -3,10 +3,11 @@ Adding one adds its folder and a line here (docs/adding-a-platform.md)."""
 
 from __future__ import annotations
 
-from airflow_training_provider.local_platform.platforms import pai, sagemaker, tensorone, together
+from airflow_training_provider.local_platform.platforms import modelarts, pai, sagemaker, tensorone, together
 from airflow_training_provider.local_platform.platforms.base import AppContext, LocalPlatform
 
 LOCAL_PLATFORMS: tuple[LocalPlatform, ...] = (
+    modelarts.PLATFORM,  # before TensorOne: a project id may start with 'training'
     tensorone.PLATFORM,
     together.PLATFORM,
     sagemaker.PLATFORM,

@@ -13,6 +13,7 @@ from airflow_training_provider.testing.killpaths.flavors import (
     API_KEY,
     AWS_ACCESS_KEY_ID,
     FLAVORS,
+    MODELARTS_ACCESS_KEY,
     PAI_ACCESS_KEY_ID,
 )
 from airflow_training_provider.testing.killpaths.scenarios import Platform
@@ -75,6 +76,9 @@ class KillPathEnv:
             pai_access_key_id=PAI_ACCESS_KEY_ID,
             pai_access_key_secret=API_KEY,
             pai_stop_grace_seconds=20,
+            modelarts_access_key=MODELARTS_ACCESS_KEY,
+            modelarts_secret_key=API_KEY,
+            modelarts_stop_grace_seconds=20,
         )
         server.start()
         dags = root / "dags"

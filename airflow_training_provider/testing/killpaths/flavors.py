@@ -17,6 +17,9 @@ AWS_ACCESS_KEY_ID = "AKIDKILLPATHS"
 """The access key id the kill-path stack's SageMaker emulation checks signatures for."""
 PAI_ACCESS_KEY_ID = "LTAIKILLPATHS"
 """The AccessKey id the kill-path stack's PAI emulation checks ACS3 signatures for (secret: API_KEY)."""
+MODELARTS_ACCESS_KEY = "HWKILLPATHSAK"
+"""The AK the kill-path stack's ModelArts emulation checks SDK-HMAC-SHA256 signatures for (SK: API_KEY)."""
+MODELARTS_PROJECT_ID = "kpproject0001"
 
 
 def tensorone_spec(epochs: int, seconds_per_epoch: float, fail: bool = False, **extra: Any) -> dict:
@@ -89,6 +92,41 @@ def pai_spec(epochs: int, seconds_per_epoch: float, fail: bool = False, **extra:
             }
         ],
         "HyperParameters": hyper,
+        **extra,
+    }
+
+
+def modelarts_spec(epochs: int, seconds_per_epoch: float, fail: bool = False, **extra: Any) -> dict:
+    parameters = [
+        {"name": "epochs", "value": str(epochs)},
+        {"name": "seconds_per_epoch", "value": str(seconds_per_epoch)},
+    ]
+    if fail:
+        parameters.append(
+            {
+                "name": "fail_with",
+                "value": "CUDA error: an illegal memory access was encountered (learning_rate diverged)",
+            }
+        )
+    return {
+        "kind": "job",
+        "algorithm": {
+            "engine": {"image_url": "swr.example/kp/digits-mlp:1"},
+            "command": "python train.py",
+            "parameters": parameters,
+            "inputs": [{"name": "data_url", "remote": {"obs": {"obs_url": "/kp/digits/"}}}],
+            "outputs": [
+                {
+                    "name": "checkpoints",
+                    "remote": {
+                        "obs": {
+                            "obs_url": "/kp/checkpoints/{{ dag.dag_id }}/{{ run_id | replace(':', '-') }}/"
+                        }
+                    },
+                }
+            ],
+        },
+        "spec": {"resource": {"flavor_id": "modelarts.vm.gpu.example", "node_count": 1}},
         **extra,
     }
 
@@ -187,6 +225,24 @@ class PaiFlavor(Flavor):
         return {"method": "PUT", "path_prefix": f"{self.jobs_path}/{job_id}/stop"}
 
 
+class ModelArtsFlavor(Flavor):
+    """ModelArts: SDK-HMAC-SHA256-signed calls under ``/v2/{project_id}``; a terminate is
+    ``POST …/{id}/actions``."""
+
+    def connection(self, url: str) -> dict:
+        extra = {"region": "cn-north-4", "project_id": MODELARTS_PROJECT_ID}
+        return {
+            "conn_type": "modelarts",
+            "host": url,
+            "login": MODELARTS_ACCESS_KEY,
+            "password": API_KEY,
+            "extra": extra,
+        }
+
+    def cancel_rule(self, job_id: str) -> dict:
+        return {"method": "POST", "path_prefix": f"{self.jobs_path}/{job_id}/actions"}
+
+
 TENSORONE = Flavor("tensorone", "", "/v2/training/jobs", final_checkpoint=True, spec=tensorone_spec)
 TOGETHER = Flavor(
     "together",
@@ -217,7 +273,16 @@ PAI = PaiFlavor(
     cancel_reason=False,
     events=True,
 )
-FLAVORS: dict[str, Flavor] = {f.name: f for f in (TENSORONE, TOGETHER, SAGEMAKER, PAI)}
+MODELARTS = ModelArtsFlavor(
+    "modelarts",
+    "_modelarts",
+    f"/v2/{MODELARTS_PROJECT_ID}/training-jobs",
+    final_checkpoint=True,  # a terminate sends SIGTERM; the trainer saves into its checkpoints channel
+    spec=modelarts_spec,
+    cancel_reason=False,
+    events=True,
+)
+FLAVORS: dict[str, Flavor] = {f.name: f for f in (TENSORONE, TOGETHER, SAGEMAKER, PAI, MODELARTS)}
 
 
 def flavor_of(job: dict) -> Flavor:

@@ -1,0 +1,671 @@
+"""Huawei Cloud ModelArts training jobs (API v2): descriptor and dialect
+(``docs/platforms/modelarts.md``).
+
+Paths are project-scoped: the connection's base URL is the project's API root,
+``https://modelarts.<region>.myhuaweicloud.com/v2/<project_id>``, and the dialect's paths are
+relative to it (``/training-jobs``...). Requests are signed with SDK-HMAC-SHA256 by Huawei's own
+signer (``huaweicloudsdkcore``, extra ``[modelarts]``) with the connection's AK/SK (plus
+``X-Security-Token`` for temporary credentials), or carry an IAM token (``X-Auth-Token``). Errors are
+``{"error_code", "error_msg"}``: ``ModelArts.*`` from the service, ``APIGW.*`` from the API gateway.
+
+Identity tags become ``metadata.annotations`` (``airflow-dag: x``), written with the create, and the
+job name carries a digest of the task instance, so re-attach and the orphan reaper find the jobs
+with the job search (``POST /training-job-searches``: live phases, the name digest).
+
+Checkpoints. ModelArts has no checkpoint option on terminate: checkpoints are whatever the training
+code writes to an output channel. A terminate stops the job's containers (SIGTERM, then SIGKILL after
+the grace period); a training script that saves on SIGTERM leaves its final checkpoint in the
+``checkpoints`` (else ``train_url``) output channel, which the provider reports as the job's
+checkpoint location. ``resume_from_checkpoint`` gives the new job a ``resume_from`` input channel
+pointing at it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+from pydantic import Field, field_validator
+
+from airflow_training_provider.errors import (
+    InvalidJobSpecError,
+    JobNotFoundError,
+    JobStateConflictError,
+    PlatformAuthError,
+    TrainingPlatformError,
+    TransientPlatformError,
+)
+from airflow_training_provider.models import (
+    CancelRequest,
+    CancelResult,
+    Checkpoint,
+    Cost,
+    JobEvent,
+    JobState,
+    TrainingJob,
+)
+from airflow_training_provider.platforms.base import (
+    ApiRequest,
+    Capabilities,
+    Credentials,
+    Dialect,
+    HttpRequest,
+    WireModel,
+    retry_after_seconds,
+    tag_pairs,
+)
+from airflow_training_provider.platforms.descriptor import ConnectionParts, PlatformDescriptor, base_url_of
+
+PATH = "/training-jobs"
+SEARCH_PATH = "/training-job-searches"
+DEFAULT_REGION = "cn-north-4"
+MAX_NAME = 64
+#: output channels whose location is reported as the job's checkpoints, in order of preference.
+CHECKPOINT_CHANNELS = ("checkpoints", "train_url")
+#: the input channel a resumed job gets: the failed job's checkpoint location.
+RESUME_CHANNEL = "resume_from"
+ANNOTATION_PREFIX = "airflow-"
+#: phases a job can still be stopped in (the search of re-attach and the reaper).
+LIVE_PHASES = ("Creating", "Pending", "Running")
+SEARCH_LIMIT = 50  # the API's maximum page
+EVENTS_LIMIT = 100  # the API's maximum page
+
+_AUTH_CODES = re.compile(r"^APIGW\.(0301|0302|0303|0304|0305|0306|0307)$|Token|Auth", re.IGNORECASE)
+_THROTTLED_CODES = re.compile(r"^APIGW\.0308$|Throttl|TooMany", re.IGNORECASE)
+_STATE_WORDS = re.compile(r"\b(phase|status|state|terminat\w*|cannot be stopped)\b", re.IGNORECASE)
+
+
+def endpoint_of(region: str) -> str:
+    """The ModelArts API host of ``region`` (``https://modelarts.cn-north-4.myhuaweicloud.com``)."""
+    return f"https://modelarts.{region}.myhuaweicloud.com"
+
+
+# -- wire models: Show / search / events (docs/platforms/modelarts.md) ----------------------------------
+_Wire = WireModel
+
+
+class WireMetadata(_Wire):
+    id: str
+    name: str | None = None
+    description: str | None = None
+    create_time: int | None = None  # epoch milliseconds
+    workspace_id: str | None = None
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+
+class WireTaskStatus(_Wire):
+    task: str | None = None
+    exit_code: int | None = None
+    message: str | None = None
+
+
+class WireStatus(_Wire):
+    phase: str = ""
+    secondary_phase: str | None = None
+    duration: int | None = None  # milliseconds
+    start_time: int | None = None  # epoch milliseconds
+    tasks: list[str] = Field(default_factory=list)
+    task_statuses: list[WireTaskStatus] = Field(default_factory=list)
+
+
+class WireObs(_Wire):
+    obs_url: str | None = None
+
+
+class WireRemote(_Wire):
+    obs: WireObs | None = None
+
+
+class WireChannel(_Wire):
+    name: str | None = None
+    remote: WireRemote | None = None
+    local_dir: str | None = None
+
+    @property
+    def obs_url(self) -> str | None:
+        return self.remote.obs.obs_url if self.remote and self.remote.obs else None
+
+
+class WireAlgorithm(_Wire):
+    inputs: list[WireChannel] = Field(default_factory=list)
+    outputs: list[WireChannel] = Field(default_factory=list)
+
+
+class WireJob(_Wire):
+    """``GET /v2/{project_id}/training-jobs/{id}`` (Show); also the create and terminate answers
+    and an item of the search."""
+
+    kind: str | None = None
+    metadata: WireMetadata
+    status: WireStatus = Field(default_factory=WireStatus)
+    algorithm: WireAlgorithm | None = None
+
+
+class WireSearch(_Wire):
+    items: list[dict[str, Any]] = Field(default_factory=list)
+    total: int | None = None
+
+
+class WireEvent(_Wire):
+    time: str | None = None
+    level: str = "Info"
+    message: str = ""
+    source: str | None = None
+
+
+class WireEvents(_Wire):
+    events: list[WireEvent] = Field(default_factory=list)
+    total: int | None = None
+
+
+# -- spec: the v2 create body ----------------------------------------------------------------------------
+class _Obs(_Wire):
+    obs_url: str = Field(min_length=1)
+
+
+class _Remote(_Wire):
+    obs: _Obs | None = None
+    dataset: dict[str, Any] | None = None
+
+
+class _Channel(_Wire):
+    name: str = Field(min_length=1)
+    description: str | None = None
+    remote: _Remote | None = None
+    local_dir: str | None = None
+    access_method: str | None = None
+    remote_constraint: list[dict[str, Any]] | None = None
+
+
+class _Engine(_Wire):
+    engine_id: str | None = None
+    engine_name: str | None = None
+    engine_version: str | None = None
+    image_url: str | None = Field(default=None, min_length=1)
+    install_sys_packages: bool | None = None
+    image_repo_id: str | None = None
+
+
+class _Parameter(_Wire):
+    name: str = Field(min_length=1)
+    value: str
+    description: str | None = None
+    constraint: dict[str, Any] | None = None
+    i18n_description: Any = None
+
+
+def _name_value_list(value: Any) -> Any:
+    """``parameters`` as ModelArts sends them, ``[{"name", "value"}]`` with string values; a mapping
+    (``{"epochs": 3}``) is accepted and turned into that list."""
+    if isinstance(value, Mapping):
+        value = [{"name": k, "value": v} for k, v in value.items()]
+    if isinstance(value, list):
+        out = []
+        for item in value:
+            if isinstance(item, dict) and isinstance(item.get("value"), bool):
+                raise ValueError(f"value of {item.get('name')!r} must be a string, not a boolean")
+            if isinstance(item, dict) and isinstance(item.get("value"), int | float):
+                item = {**item, "value": str(item["value"])}
+            out.append(item)
+        return out
+    return value
+
+
+class _Algorithm(_Wire):
+    id: str | None = None
+    name: str | None = None
+    subscription_id: str | None = None
+    item_version_id: str | None = None
+    code_dir: str | None = None
+    boot_file: str | None = None
+    command: str | None = None
+    engine: _Engine | None = None
+    parameters: list[_Parameter] | None = None
+    inputs: list[_Channel] | None = None
+    outputs: list[_Channel] | None = None
+    environments: dict[str, str] | None = None
+    policies: dict[str, Any] | None = None
+    local_code_dir: str | None = None
+    working_dir: str | None = None
+    summary: dict[str, Any] | None = None
+    autosearch_config_path: str | None = None
+    autosearch_framework_path: str | None = None
+
+    _pairs = field_validator("parameters", mode="before")(_name_value_list)
+
+
+class _Resource(_Wire):
+    flavor_id: str | None = Field(default=None, min_length=1)
+    node_count: int = Field(default=1, ge=1)
+    pool_id: str | None = None
+    pool_name: str | None = None
+    pool_group_id: str | None = None
+    policy: str | None = None
+    flavor_name: str | None = None
+    flavor_detail: dict[str, Any] | None = None
+    main_container_allocated_resources: dict[str, Any] | None = None
+    main_container_customized_flavor: dict[str, Any] | None = None
+
+
+class _Spec(_Wire):
+    resource: _Resource
+    volumes: list[dict[str, Any]] | None = None
+    log_export_path: dict[str, Any] | None = None
+    auto_stop: dict[str, Any] | None = None
+    schedule_policy: dict[str, Any] | None = None
+    custom_metrics: list[dict[str, Any]] | None = None
+    retention: dict[str, Any] | None = None
+    log_export_config: dict[str, Any] | None = None
+    notification: dict[str, Any] | None = None
+    output_model: dict[str, Any] | None = None
+    asset_model: dict[str, Any] | None = None
+    asset_id: str | None = None
+    reserved_time: dict[str, Any] | None = None
+
+
+class _Metadata(_Wire):
+    name: str | None = Field(default=None, min_length=1, max_length=MAX_NAME)
+    workspace_id: str | None = None
+    description: str | None = Field(default=None, max_length=256)
+    annotations: dict[str, str] | None = None
+    training_experiment_reference: dict[str, Any] | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[A-Za-z0-9_-]+", value):
+            raise ValueError("must hold only letters, digits, '-' and '_'")
+        return value
+
+
+class ModelArtsJobSpec(_Wire):
+    """A v2 create body (``POST /v2/{project_id}/training-jobs``). ``metadata.name`` is optional
+    (derived from the task-instance try, see :func:`job_name`); ``algorithm.parameters`` may be a
+    mapping."""
+
+    kind: str = "job"
+    metadata: _Metadata = Field(default_factory=_Metadata)
+    algorithm: _Algorithm
+    spec: _Spec | None = None
+    tasks: list[dict[str, Any]] | None = None
+    endpoints: dict[str, Any] | None = None
+    train_type: str | None = None
+    ftjob_config: dict[str, Any] | None = None
+
+
+# -- names and annotations ----------------------------------------------------------------------------
+def identity_digest(tags: list[str]) -> str | None:
+    """8 hex characters naming a task instance (deployment, DAG, run, task, map index) in its jobs'
+    names, so the search finds every try's job; ``None`` when ``tags`` do not name one."""
+    ident = tag_pairs(tags)
+    keys = ("airflow-deployment", "airflow-dag", "airflow-run", "airflow-task", "airflow-map")
+    if not all(k in ident for k in keys):
+        return None
+    return hashlib.sha256("\n".join(ident[k] for k in keys).encode()).hexdigest()[:8]
+
+
+def job_name(stem: str | None, tags: list[str]) -> str:
+    """``<stem or af-<dag>-<task>>-<digest>-t<try>``, cut to 64 characters of ``[A-Za-z0-9_-]``."""
+    ident = tag_pairs(tags)
+    digest = identity_digest(tags)
+    suffix = (f"-{digest}" if digest else "") + f"-t{ident.get('airflow-try', '1')}"
+    readable = stem or f"af-{ident.get('airflow-dag', '')}-{ident.get('airflow-task', '')}"
+    cleaned = re.sub(r"[^A-Za-z0-9_-]+", "-", readable).strip("-_") or "job"
+    return cleaned[: MAX_NAME - len(suffix)].rstrip("-_") + suffix
+
+
+def _channel(channels: list[WireChannel], names: tuple[str, ...]) -> str | None:
+    by_name = {c.name: c.obs_url for c in channels if c.obs_url}
+    return next((by_name[n] for n in names if n in by_name), None)
+
+
+def _millis(value: int | None) -> datetime | None:
+    return datetime.fromtimestamp(value / 1000, UTC) if value else None
+
+
+# -- the dialect ---------------------------------------------------------------------------------------
+class ModelArtsDialect(Dialect):
+    """ModelArts training jobs (API v2, SDK-HMAC-SHA256 or an IAM token)."""
+
+    name = "modelarts"
+    spec_model = ModelArtsJobSpec
+    capabilities = Capabilities(
+        # a terminate stops the containers: SIGTERM, then SIGKILL after the grace period
+        final_checkpoint_on_cancel=True,
+        preserve_checkpoints_flag=False,
+        events=True,
+        events_in_job=False,
+        list_jobs=True,
+        checkpoints_in_job=True,
+    )
+    status_map = {
+        "Creating": JobState.PENDING,
+        "Pending": JobState.QUEUED,
+        "Running": JobState.RUNNING,
+        "Terminating": JobState.STOPPING,
+        "Completed": JobState.SUCCEEDED,
+        "Failed": JobState.FAILED,
+        "Abnormal": JobState.FAILED,
+        "Terminated": JobState.CANCELLED,
+    }
+
+    # -- spec ---------------------------------------------------------------------------------------
+    def validate_spec(self, spec: dict[str, Any], allow_unknown_fields: bool = False) -> dict[str, Any]:
+        spec = super().validate_spec(spec, allow_unknown_fields)
+        algorithm = spec["algorithm"]
+        engine = algorithm.get("engine") or {}
+        if not (
+            algorithm.get("id")
+            or (algorithm.get("subscription_id") and algorithm.get("item_version_id"))
+            or (algorithm.get("code_dir") and algorithm.get("boot_file"))
+            or engine.get("image_url")
+        ):
+            raise InvalidJobSpecError(
+                "algorithm",
+                "name the algorithm: id; subscription_id and item_version_id; code_dir and boot_file; "
+                "or a custom image (engine.image_url, with a command)",
+                self.name,
+            )
+        if engine.get("image_url") and not algorithm.get("command") and not algorithm.get("boot_file"):
+            raise InvalidJobSpecError(
+                "algorithm.command", "a custom image (engine.image_url) needs the command to run", self.name
+            )
+        if not spec.get("spec") and not spec.get("tasks"):
+            raise InvalidJobSpecError(
+                "spec.resource", "the resources are required (spec.resource.flavor_id or pool_id)", self.name
+            )
+        resource = (spec.get("spec") or {}).get("resource") or {}
+        if spec.get("spec") and not (resource.get("flavor_id") or resource.get("pool_id")):
+            raise InvalidJobSpecError(
+                "spec.resource.flavor_id",
+                "a resource flavor (flavor_id) or a pool (pool_id) is required",
+                self.name,
+            )
+        return spec
+
+    def with_tags(self, spec: dict[str, Any], tags: list[str]) -> dict[str, Any]:
+        """``spec`` with the identity tags as ``metadata.annotations`` and its name derived from them."""
+        metadata = dict(spec.get("metadata") or {})
+        annotations = {
+            k: v
+            for k, v in (metadata.get("annotations") or {}).items()
+            if not k.startswith(ANNOTATION_PREFIX)
+        }
+        metadata["annotations"] = {**annotations, **tag_pairs(tags)}
+        metadata["name"] = job_name(metadata.get("name"), tags)
+        return {**spec, "metadata": metadata}
+
+    def resume_spec(self, spec: dict[str, Any], job_id: str, checkpoint: Checkpoint) -> dict[str, Any] | None:
+        """``spec`` with a ``resume_from`` input channel at the failed job's checkpoint location:
+        the training script finds the checkpoints to resume from there."""
+        if not checkpoint.path:
+            return None
+        algorithm = dict(spec.get("algorithm") or {})
+        inputs = [c for c in algorithm.get("inputs") or [] if c.get("name") != RESUME_CHANNEL]
+        algorithm["inputs"] = [
+            *inputs,
+            {"name": RESUME_CHANNEL, "remote": {"obs": {"obs_url": checkpoint.path}}},
+        ]
+        return {**spec, "algorithm": algorithm}
+
+    # -- requests -----------------------------------------------------------------------------------
+    def create_request(self, spec: dict[str, Any]) -> ApiRequest:
+        # not idempotent: ModelArts has no client token; a create that may have landed is found by search
+        return ApiRequest("POST", PATH, body=spec, idempotent=False)
+
+    def get_request(self, job_id: str) -> ApiRequest:
+        return ApiRequest("GET", f"{PATH}/{job_id}")
+
+    def cancel_request(self, job_id: str, cancel: CancelRequest) -> ApiRequest:
+        """Terminate (``POST …/actions`` ``{"action_type": "terminate"}``): no reason or checkpoint options."""
+        return ApiRequest("POST", f"{PATH}/{job_id}/actions", body={"action_type": "terminate"})
+
+    def list_request(self, tags: list[str]) -> ApiRequest:
+        """The job search: live jobs, and with a task instance's tags only the jobs whose name holds
+        its digest (:func:`identity_digest`); one page of 50, oldest first. The annotations are
+        checked on the answer."""
+        filters: list[dict[str, Any]] = [{"key": "phase", "operator": "in", "value": list(LIVE_PHASES)}]
+        if digest := identity_digest(tags):
+            filters.append({"key": "name", "operator": "like", "value": [digest]})
+        body = {
+            "offset": 0,
+            "limit": SEARCH_LIMIT,
+            "sort_by": "create_time",
+            "order": "asc",
+            "filters": filters,
+        }
+        return ApiRequest("POST", SEARCH_PATH, body=body)
+
+    def probe_request(self) -> ApiRequest:
+        """The search with one row at most."""
+        return ApiRequest("POST", SEARCH_PATH, body={"offset": 0, "limit": 1})
+
+    def events_request(self, job_id: str) -> ApiRequest | None:
+        return ApiRequest(
+            "GET", f"{PATH}/{job_id}/events", params={"offset": 0, "limit": EVENTS_LIMIT, "order": "asc"}
+        )
+
+    def authenticate(self, request: HttpRequest, credentials: Credentials) -> dict[str, str]:
+        """SDK-HMAC-SHA256 by Huawei's signer (``huaweicloudsdkcore``) over the method, path, query,
+        every header sent (``Host``, ``X-Sdk-Date``, ``X-Project-Id``, ``Accept``, ``Content-Type``,
+        ``X-Security-Token``) and the body's SHA-256; with an IAM token instead, ``X-Auth-Token``."""
+        url = urlsplit(request.url)
+        added = {"Host": url.netloc}
+        if credentials.project:
+            added["X-Project-Id"] = credentials.project
+        if not (credentials.access_key_id and credentials.secret_access_key):
+            return {**added, "X-Auth-Token": credentials.api_key or ""}
+        from huaweicloudsdkcore.sdk_request import SdkRequest  # extra [modelarts]
+        from huaweicloudsdkcore.signer.signer import Signer
+
+        added["X-Sdk-Date"] = request.timestamp.strftime("%Y%m%dT%H%M%SZ")
+        if credentials.session_token:
+            added["X-Security-Token"] = credentials.session_token
+        signed = SdkRequest(
+            method=request.method,
+            schema=url.scheme,
+            host=url.netloc,
+            resource_path=url.path or "/",
+            query_params=parse_qsl(url.query, keep_blank_values=True),
+            header_params={**request.headers, **added},
+            body=request.body,
+        )
+        Signer(_AkSk(credentials.access_key_id, credentials.secret_access_key)).sign(signed)
+        return {**added, "Authorization": signed.header_params["Authorization"]}
+
+    # -- responses ----------------------------------------------------------------------------------
+    def parse_created(self, body: Any) -> TrainingJob:
+        """The create answer (201) is the job object, ``Creating``."""
+        return self.parse_job(body)
+
+    def parse_job(self, body: Any) -> TrainingJob:
+        wire = WireJob.model_validate(body)
+        status = wire.status
+        state = self.map_status(status.phase)
+        secondary = status.secondary_phase or ""
+        raw = f"{status.phase}/{secondary}" if secondary and secondary != status.phase else status.phase
+        message = None
+        if state is JobState.FAILED:  # the reason: the secondary phase, then each failed task's exit
+            parts = [secondary] if secondary not in ("", status.phase, "Failed") else []
+            for t in status.task_statuses:
+                if t.exit_code not in (None, 0) or t.message:
+                    code = f" exit code {t.exit_code}" if t.exit_code is not None else ""
+                    parts.append(f"{t.task or 'task'}{code}" + (f": {t.message}" if t.message else ""))
+            message = "; ".join(parts) or f"the job ended {status.phase}"
+        checkpoints, artifacts = [], {}
+        outputs = wire.algorithm.outputs if wire.algorithm else []
+        if location := _channel(outputs, CHECKPOINT_CHANNELS):
+            name = next(c.name for c in outputs if c.obs_url == location)
+            checkpoints.append(Checkpoint(id=name or "checkpoints", kind="location", path=location))
+            artifacts["checkpoints"] = location
+        if model := _channel(outputs, ("model", "model_url")):
+            artifacts["model"] = model
+        cost = body.get("x_local_cost_usd") if isinstance(body, dict) else None
+        metadata = wire.metadata
+        return TrainingJob(
+            id=metadata.id,
+            platform=self.name,
+            state=state,
+            raw_status=raw,
+            name=metadata.name,
+            message=message,
+            checkpoints=checkpoints,
+            artifacts=artifacts,
+            cost=Cost(
+                billable_seconds=status.duration / 1000 if status.duration is not None else None,
+                total_usd=float(cost) if isinstance(cost, int | float) else None,
+            ),
+            tags=[f"{k}:{v}" for k, v in metadata.annotations.items() if k.startswith(ANNOTATION_PREFIX)],
+            created_at=_millis(metadata.create_time),
+            started_at=_millis(status.start_time),
+        )
+
+    def parse_cancel(self, job_id: str, body: Any) -> CancelResult:
+        """The terminate answer (202) is the job object, ``Terminating``."""
+        if isinstance(body, dict) and isinstance(body.get("metadata"), dict):
+            return CancelResult(job_id=job_id, state=self.parse_job(body).state)
+        return CancelResult(job_id=job_id, state=JobState.STOPPING)
+
+    def parse_list(self, body: Any) -> list[TrainingJob]:
+        return [self.parse_job(job) for job in WireSearch.model_validate(body or {}).items]
+
+    def parse_events(self, body: Any) -> list[JobEvent]:
+        """``{"events": [{"time", "level", "message", "source"}]}`` (asked oldest first)."""
+        return [
+            JobEvent(type=e.source or "Job", message=e.message, level=e.level.lower(), created_at=e.time)
+            for e in WireEvents.model_validate(body or {}).events
+        ]
+
+    def error_fields(self, body: Any) -> tuple[str | None, str | None, str | None]:
+        if not isinstance(body, dict):
+            return None, None, None
+        return body.get("error_code"), body.get("error_msg"), body.get("request_id")
+
+    def classify_error(
+        self, status: int, headers: Mapping[str, str], body: Any, text: str = ""
+    ) -> TrainingPlatformError:
+        """By the status, with the code where it says more: 429 or ``APIGW.0308`` (throttled) and
+        5xx are transient; 401/403 and the gateway's authentication codes are auth; a 404 from the
+        gateway (``APIGW.*``: no such API, a wrong endpoint) is a definite error, not a missing job;
+        a terminate refused for the job's phase is a state conflict."""
+        code, message, request_id = self.error_fields(body)
+        message = message or text[:500] or f"HTTP {status}"
+        kw = {"status": status, "code": code, "request_id": request_id}
+        if status == 429 or _THROTTLED_CODES.search(code or ""):
+            return TransientPlatformError(message, retry_after=retry_after_seconds(headers), sent=False, **kw)
+        if status >= 500:
+            return TransientPlatformError(
+                message, retry_after=retry_after_seconds(headers), sent=status != 503, **kw
+            )
+        if status in (401, 403) or _AUTH_CODES.search(code or ""):
+            return PlatformAuthError(message, **kw)
+        if status == 404 and (code or "").upper().startswith("APIGW."):
+            return TrainingPlatformError(f"{message} (no such API: check the connection's endpoint)", **kw)
+        if status == 404:
+            return JobNotFoundError(message, **kw)
+        if status == 409 or (status == 400 and _STATE_WORDS.search(message)):
+            return JobStateConflictError(message, **kw)
+        return TrainingPlatformError(message, **kw)
+
+    def console_url(self, base_url: str, job_id: str) -> str | None:
+        match = re.search(r"modelarts\.([a-z0-9-]+)\.myhuaweicloud\.com", base_url)
+        if match is None:  # an endpoint override (e.g. the local training platform): no console
+            return None
+        return f"https://console.huaweicloud.com/modelarts/?region={match.group(1)}#/trainingJobs/{job_id}"
+
+
+class _AkSk:
+    """The credentials as Huawei's signer reads them (``ak``, ``sk``)."""
+
+    __slots__ = ("ak", "sk")
+
+    def __init__(self, ak: str, sk: str) -> None:
+        self.ak, self.sk = ak, sk
+
+
+# -- the platform: a `modelarts` connection -------------------------------------------------------------
+@dataclass(frozen=True)
+class ModelArtsPlatformDescriptor(PlatformDescriptor):
+    """The ``modelarts`` connection: AK (login) and SK (password), ``region`` and ``project_id`` in
+    the extras, an optional ``security_token`` (temporary AK/SK) or, instead of AK/SK, an IAM
+    ``auth_token``; the host overrides the endpoint (the local training platform). The base URL is
+    the project's API root, ``<endpoint>/v2/<project_id>``."""
+
+    def connect(self, conn: Any) -> ConnectionParts:
+        credentials = self.read_credentials(conn)
+        where = f"Connection {conn.conn_id!r} ({self.display_name})"
+        if not credentials.project:
+            raise PlatformAuthError(f"{where} has no project ID: set its project_id extra")
+        if not (credentials.access_key_id and credentials.secret_access_key) and not credentials.api_key:
+            raise PlatformAuthError(
+                f"{where} has no credentials: set its login (AK) and password (SK), or an IAM token "
+                "in the auth_token extra"
+            )
+        if credentials.access_key_id and credentials.secret_access_key:
+            try:
+                import huaweicloudsdkcore.signer.signer  # noqa: F401 - Huawei's SDK-HMAC-SHA256 signer
+            except ImportError:  # pragma: no cover - depends on the installed extras
+                raise ValueError(
+                    f"{where} signs with AK/SK: install Huawei's signer "
+                    "(pip install 'airflow-training-provider[modelarts]')"
+                ) from None
+        region = credentials.region or DEFAULT_REGION
+        credentials = Credentials(
+            api_key=credentials.api_key,
+            access_key_id=credentials.access_key_id,
+            secret_access_key=credentials.secret_access_key,
+            session_token=credentials.session_token,
+            region=region,
+            project=credentials.project,
+        )
+        reserved = {k for key in self.extra_keys for k in (key, f"extra__{self.conn_type}__{key}")}
+        extra = {k: v for k, v in (conn.extra_dejson or {}).items() if k not in reserved}
+        host = base_url_of(conn.host, conn.schema, conn.port, endpoint_of(region))
+        return ConnectionParts(credentials, project_root(host, credentials.project), extra)
+
+    def default_url(self, credentials: Credentials) -> str:
+        return project_root(endpoint_of(credentials.region or DEFAULT_REGION), credentials.project or "")
+
+
+def project_root(host: str, project_id: str) -> str:
+    """``host`` + ``/v2/<project_id>`` (kept as it is when it already ends so)."""
+    root = f"/v2/{project_id}"
+    return host if host.endswith(root) else host.rstrip("/") + root
+
+
+PLATFORM = ModelArtsPlatformDescriptor(
+    conn_type="modelarts",
+    display_name="Huawei Cloud ModelArts",
+    class_name="ModelArts",
+    dialect=ModelArtsDialect,
+    default_base_url="https://modelarts.{region}.myhuaweicloud.com/v2/{project}",
+    docs_url="https://support.huaweicloud.com/intl/en-us/api-modelarts/CreateTrainingJob.html",
+    credentials={
+        "access_key_id": "login",
+        "secret_access_key": "password",
+        "session_token": "extra.security_token",
+        "api_key": "extra.auth_token",
+        "region": "extra.region",
+        "project": "extra.project_id",
+    },
+    required_credentials=(),
+    labels={
+        "access_key_id": "Access key (AK)",
+        "secret_access_key": "Secret key (SK)",
+        "session_token": "Security token (temporary AK/SK, optional)",
+        "api_key": "IAM token (X-Auth-Token; instead of AK/SK)",
+        "region": "Region (e.g. cn-north-4)",
+        "project": "Project ID",
+        "host": "Endpoint override (optional)",
+    },
+    placeholders={
+        "region": "cn-north-4",
+        "project": "the region's project ID (IAM → My Credentials)",
+        "host": "https://modelarts.<region>.myhuaweicloud.com",
+    },
+)
