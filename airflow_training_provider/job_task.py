@@ -25,7 +25,12 @@ from functools import cached_property
 from typing import Any, TypeVar
 
 from airflow.sdk.bases.operator import TRIGGER_FAIL_REPR
-from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout, AirflowTaskTimeout
+from airflow.sdk.exceptions import (
+    AirflowException,
+    AirflowFailException,
+    AirflowSensorTimeout,
+    AirflowTaskTimeout,
+)
 from pydantic import BaseModel, ValidationError
 
 from airflow_training_provider.cancellation import CancelPolicy, GiveUp
@@ -33,8 +38,10 @@ from airflow_training_provider.errors import TrainingPlatformError, TransientPla
 from airflow_training_provider.hooks.training import TrainingPlatformHook, WaitInterrupted
 from airflow_training_provider.hooks.transport import RetryPolicy
 from airflow_training_provider.identity import TaskIdentity
+from airflow_training_provider.lifecycle.guards import Guards
 from airflow_training_provider.lifecycle.waiting import (
     DeadlineReached,
+    GuardStopped,
     JobFinished,
     LostContact,
     Polling,
@@ -80,6 +87,11 @@ class TrainingJobCancelledByAirflow(AirflowException):
 
 class LostContactWithPlatform(AirflowException):
     """Polls failed for longer than the outage budget; the job was left running."""
+
+
+class TrainingJobStoppedByGuard(AirflowFailException):
+    """A guard (``max_cost_usd``, ``max_runtime``) stopped the job and the task fails, without
+    retries: a retry would spend again what the guard saved."""
 
 
 def parameters(model: type[M], owner: str, renamed: dict[str, str] | None = None, **values: Any) -> M:
@@ -144,6 +156,7 @@ class TrainingJobTaskMixin:
     cancel_policy: CancelPolicy
     polling: Polling
     defer_timeout: float | None = None
+    guards: Guards | None = None
 
     def _init_job_task(
         self, *, poll_interval: Any, outage_budget: Any, confirm_cancel_timeout: Any, **policy: Any
@@ -197,6 +210,8 @@ class TrainingJobTaskMixin:
             self.publish_job(context, job)
         if isinstance(outcome, JobFinished):
             return job_outcome(outcome.job)
+        if isinstance(outcome, GuardStopped):
+            return self.conclude_guard(outcome, context)
         if isinstance(outcome, DeadlineReached) and outcome.kind == "sensor_timeout":
             raise AirflowSensorTimeout(outcome.message)
         if isinstance(outcome, DeadlineReached):
@@ -210,6 +225,29 @@ class TrainingJobTaskMixin:
         if isinstance(outcome, LostContact):
             raise LostContactWithPlatform(outcome.message)
         raise AirflowException(outcome.message)
+
+    def conclude_guard(self, outcome: GuardStopped, context: Any) -> dict[str, Any]:
+        """A guard stopped the job: log and publish which (XCom ``guard_stop``, ``cancel_result``),
+        then succeed with the job (its ``guard`` entry naming the checkpoint to keep) or fail."""
+        stop, job = outcome.stop, outcome.job
+        best = stop.best_checkpoint
+        self.log.warning(  # type: ignore[attr-defined]
+            "Training job %s stopped by a guard — %s; state %s, epoch %s, cost $%s, checkpoint to keep: %s",
+            job.id,
+            stop.reason,
+            job.state.value,
+            stop.epoch,
+            job.cost.total_usd if job.cost.total_usd is not None else stop.cost_usd,
+            f"{best.id} ({best.path})" if best else "none",
+        )
+        ti = context.get("ti") if context else None
+        if ti is not None:
+            ti.xcom_push(key="guard_stop", value=stop.model_dump(mode="json"))
+            if outcome.cancel is not None:
+                ti.xcom_push(key="cancel_result", value=outcome.cancel.model_dump(mode="json"))
+        if not stop.succeed:
+            raise TrainingJobStoppedByGuard(f"Training job {job.id} was stopped: {stop.reason}")
+        return {**job.model_dump(mode="json"), "guard": stop.model_dump(mode="json")}
 
     def finish_if_ended(self, job: TrainingJob, context: Any = None) -> dict[str, Any] | None:
         """One status check before waiting: a job that already ended ends the task now (no deferral)."""
@@ -264,7 +302,8 @@ class TrainingJobTaskMixin:
         report = JobReport(self.log)  # type: ignore[attr-defined]
         report.progress(job)
         ends = self.worker_deadline(deadline)
-        wait = wait_for_job(hook.ops, job.id, self.polling, self.cancel_policy, ends, cursor)
+        guards = self.guards if self.guards is not None and self.guards.any else None
+        wait = wait_for_job(hook.ops, job.id, self.polling, self.cancel_policy, ends, cursor, guards=guards)
         try:
             outcome = hook.drive(wait, report, stop=self._stop)
         except WaitInterrupted:
@@ -337,6 +376,7 @@ class TrainingJobTaskMixin:
             try_number=identity.try_number,
             **self.polling.model_dump(exclude={"clear_grace"}),
             **self.cancel_policy.model_dump(),
+            **(self.guards.model_dump(mode="json") if self.guards is not None and self.guards.any else {}),
         )
         limits = [self.defer_timeout] if self.defer_timeout else []
         if deadline is not None:  # a backstop only: the trigger's own deadline comes first

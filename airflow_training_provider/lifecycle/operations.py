@@ -22,7 +22,7 @@ import logging
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow_training_provider.errors import (
     JobAlreadyExistsError,
@@ -41,6 +41,9 @@ from airflow_training_provider.models import (
     no_cancel_needed,
 )
 from airflow_training_provider.platforms.base import ApiRequest, Dialect
+
+if TYPE_CHECKING:
+    from airflow_training_provider.lifecycle.guards import GuardStop, GuardWatch
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -240,6 +243,7 @@ class JobOperations:
         deadline: float | None = None,
         budget: float | None = None,
         cursor: int | None = None,
+        watch: GuardWatch | None = None,
     ) -> Operation[tuple[TrainingJob, int | None]]:
         """Poll job ``job_id`` every ``interval`` s until ``until(job)`` holds or the clock reaches
         ``deadline`` (absolute, ``clock`` seconds); each poll is reported (:class:`Progress`).
@@ -247,6 +251,9 @@ class JobOperations:
         With an event ``cursor`` (platforms with events), new events are reported too
         (:class:`NewEvents`). A job that ended is completed by :meth:`final_view`. The deadline is
         checked *after* a poll, so a job that ended just before it is seen as ended.
+
+        With a guard ``watch``, the guards are asked about each running job (:meth:`_guard`); when
+        one fires the poll returns at once, the guard's stop in ``watch.fired``.
 
         :returns: the last job seen and the event cursor after it.
         :raises TransientPlatformError: polls kept failing for longer than ``budget`` seconds.
@@ -266,11 +273,45 @@ class JobOperations:
             if job.is_terminal:
                 job = yield from self.final_view(job, events, budget)
             yield Progress(job)
+            if watch is not None and not job.is_terminal:
+                watch.fired = yield from self._guard(job, watch, interval, budget)
+                if watch.fired is not None:
+                    return job, cursor
             now = self.clock()
             if until(job) or (deadline is not None and now >= deadline):
                 return job, cursor
             job = events = None  # not kept while sleeping: thousands of triggers wait at once
             yield Sleep(interval if deadline is None else max(0.0, min(interval, deadline - now)))
+
+    def _guard(
+        self, job: TrainingJob, watch: GuardWatch, interval: float, budget: float | None
+    ) -> Operation[GuardStop | None]:
+        """Ask the guards about running ``job``, reading what they need that a poll does not give:
+        when the job started training (once) and its metric history (when it reports a new epoch).
+        A failed read is logged and tried again at the next poll; it never ends the wait."""
+        history = None
+        try:
+            if watch.needs_start(job):
+                watch.note_start((yield from self.get_job(job.id, budget)))
+            if watch.needs_history(job):
+                history = yield from self.metric_history(job.id, budget)
+        except TrainingPlatformError as exc:
+            log.warning(
+                "Guards of job %s: could not read its progress (%s); asking again next poll", job.id, exc
+            )
+        return watch.check(job, interval, history)
+
+    def metric_history(self, job_id: str, budget: float | None = None) -> Operation[list[MetricPoint]]:
+        """The job's metric history so far, oldest first: the platform's metrics endpoint, else
+        one point per checkpointed epoch from the metrics saved with its checkpoints."""
+        request = self.dialect.metrics_request(job_id)
+        if request is not None:
+            return self.dialect.parse_metrics((yield from self._call(request, budget)))
+        if self.dialect.capabilities.checkpoints_in_job:
+            checkpoints = (yield from self.get_job(job_id, budget)).checkpoints
+        else:
+            checkpoints = yield from self.list_checkpoints(job_id, budget)
+        return history_from_checkpoints(checkpoints)
 
     def _read_poll(self, raw: bytes | str) -> TrainingJob:
         """A poll's answer (raw body) as the job: :meth:`Dialect.read_poll`, fully parsed once it

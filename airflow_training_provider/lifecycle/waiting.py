@@ -15,8 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from airflow_training_provider.cancellation import CancelPolicy, GiveUp, Seconds
 from airflow_training_provider.errors import TrainingPlatformError, TransientPlatformError
+from airflow_training_provider.lifecycle.guards import Guards, GuardStop, GuardWatch, best_checkpoint
 from airflow_training_provider.lifecycle.operations import JobOperations, Operation, is_terminal
-from airflow_training_provider.models import CancelResult, TrainingJob
+from airflow_training_provider.models import CancelResult, TrainingJob, complete_cancel_result
 
 
 class Polling(BaseModel):
@@ -93,13 +94,25 @@ class PollFailed(_Outcome):
     message: str
 
 
+class GuardStopped(_Outcome):
+    """A guard (:mod:`~airflow_training_provider.lifecycle.guards`) stopped the job: ``stop`` says
+    which and why (with the checkpoint to keep), ``job`` is the job after the stop (terminal unless
+    the platform did not confirm in time), ``cancel`` what the stop request achieved."""
+
+    status: Literal["guard"] = "guard"
+    job: TrainingJob
+    stop: GuardStop
+    cancel: CancelResult | None = None
+    event_cursor: int = 0
+
+
 WaitOutcome = Annotated[
-    JobFinished | DeadlineReached | LostContact | PollFailed, Field(discriminator="status")
+    JobFinished | DeadlineReached | LostContact | PollFailed | GuardStopped, Field(discriminator="status")
 ]
 _OUTCOME = TypeAdapter(WaitOutcome)
 
 
-def parse_outcome(payload: dict) -> JobFinished | DeadlineReached | LostContact | PollFailed:
+def parse_outcome(payload: dict) -> JobFinished | DeadlineReached | LostContact | PollFailed | GuardStopped:
     """A trigger event payload back as its outcome. :raises pydantic.ValidationError: not an outcome."""
     return _OUTCOME.validate_python(payload)
 
@@ -112,7 +125,8 @@ def wait_for_job(
     deadline: float | None = None,
     event_cursor: int | None = None,
     deadline_kind: Literal["execution_timeout", "sensor_timeout"] = "execution_timeout",
-) -> Operation[JobFinished | DeadlineReached | LostContact | PollFailed]:
+    guards: Guards | None = None,
+) -> Operation[JobFinished | DeadlineReached | LostContact | PollFailed | GuardStopped]:
     """Wait until job ``job_id`` ends, the ``deadline`` (absolute UNIX seconds) passes, or the
     platform is lost for longer than ``polling.outage_budget``.
 
@@ -122,10 +136,12 @@ def wait_for_job(
 
     :param event_cursor: events already reported (platforms with events); ``None`` reports none.
     :param deadline_kind: what the deadline is; only an ``execution_timeout`` may cancel.
+    :param guards: stop the job when one of them fires (:class:`GuardStopped`).
     """
+    watch = GuardWatch(guards, ops.clock) if guards is not None and guards.any else None
     try:
         job, cursor = yield from ops.poll(
-            job_id, is_terminal, polling.poll_interval, deadline, polling.outage_budget, event_cursor
+            job_id, is_terminal, polling.poll_interval, deadline, polling.outage_budget, event_cursor, watch
         )
     except TransientPlatformError as exc:
         return LostContact(
@@ -136,6 +152,8 @@ def wait_for_job(
         )
     except TrainingPlatformError as exc:
         return PollFailed(job_id=job_id, message=f"Polling training job {job_id} failed: {exc}")
+    if watch is not None and watch.fired is not None:
+        return (yield from stop_for_guard(ops, job_id, watch.fired, polling, policy, cursor or 0))
     if job.is_terminal:
         return JobFinished(job_id=job_id, job=job, event_cursor=cursor or 0)
     if deadline_kind == "sensor_timeout":
@@ -150,6 +168,27 @@ def wait_for_job(
     except TrainingPlatformError as exc:  # the resumed task tries again
         return outcome.model_copy(update={"cancel_error": str(exc)})
     return outcome.model_copy(update={"cancel": result})
+
+
+def stop_for_guard(
+    ops: JobOperations, job_id: str, stop: GuardStop, polling: Polling, policy: CancelPolicy, cursor: int
+) -> Operation[GuardStopped | PollFailed]:
+    """Stop job ``job_id`` because ``stop`` fired, as a cancel does (checkpoints kept, a final one
+    asked for where the platform can; the reason recorded), whatever ``cancel_on_kill`` says: a
+    guard is the user's own request. Waits (``policy.confirm_timeout``) for the platform to confirm."""
+    try:
+        result = yield from ops.cancel_job(job_id, policy.request(f"Airflow guard: {stop.reason}"))
+        job = yield from ops.wait_until(
+            job_id, is_terminal, policy.confirm_timeout, polling.confirm_interval, polling.outage_budget
+        )
+    except TrainingPlatformError as exc:
+        return PollFailed(
+            job_id=job_id, message=f"{stop.reason}; stopping training job {job_id} failed: {exc}"
+        )
+    stop = stop.model_copy(update={"best_checkpoint": best_checkpoint(stop, job.checkpoints)})
+    return GuardStopped(
+        job_id=job_id, job=job, stop=stop, cancel=complete_cancel_result(result, job), event_cursor=cursor
+    )
 
 
 def poll_phase_delay(job_id: str, interval: float, now: float) -> float:

@@ -32,6 +32,7 @@ from airflow_training_provider.job_task import (
     log_cancel,
     parameters,
 )
+from airflow_training_provider.lifecycle.guards import Guards, unsupported
 from airflow_training_provider.lifecycle.operations import is_stopping_or_terminal, is_terminal
 from airflow_training_provider.links import TrainingJobConsoleLink
 from airflow_training_provider.models import Checkpoint, JobState, TrainingJob
@@ -79,11 +80,24 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
     :param defer_timeout: seconds the task may stay deferred (Airflow's trigger timeout); when it
         runs out the job is cancelled and the task fails. ``execution_timeout`` is enforced too,
         deferred or not.
+    :param early_stopping: ``{"metric": "validation_loss", "mode": "min", "patience": 3,
+        "min_delta": 0.0}``: stop the job (with a final checkpoint) once ``metric`` has not improved
+        for ``patience`` epochs; the task succeeds, its return value's ``guard`` naming the best
+        epoch's checkpoint. Platforms that report per-epoch metrics while a job runs
+        (``Capabilities.metric_history``); elsewhere the task fails before submitting.
+    :param max_cost_usd: stop the job before the next poll would find it over this cost (USD; the
+        platform's cost and the rate it implies). Platforms that report a cost
+        (``Capabilities.cost_usd``).
+    :param max_runtime: seconds (or a ``timedelta``) of training after which the job is stopped,
+        counted from when it started running (independent of ``execution_timeout``).
+    :param on_budget: ``"fail"`` (default; no retries) or ``"succeed"`` when ``max_cost_usd`` fires.
+    :param on_max_runtime: the same for ``max_runtime``.
 
     Bad parameter values raise ``ValueError`` naming the parameter when the DAG is parsed.
 
     XCom: ``job_id`` and ``console_url`` right after submit (before waiting); ``cancel_result``
-    when this task cancelled the job. Return value: the final job
+    when this task cancelled the job; ``guard_stop`` when a guard stopped it (which, why, epoch,
+    metric, cost, the checkpoint to keep). Return value: the final job
     (:class:`~airflow_training_provider.models.TrainingJob` as JSON). The job id is also kept in
     the task state store (key ``training_job``) for the next try.
     """
@@ -111,6 +125,11 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
         defer_timeout: float | timedelta | None = None,
         resume_from_checkpoint: bool = False,
         allow_unknown_fields: bool = False,
+        early_stopping: dict[str, Any] | None = None,
+        max_cost_usd: float | None = None,
+        max_runtime: float | timedelta | None = None,
+        on_budget: str = "fail",
+        on_max_runtime: str = "fail",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -137,6 +156,15 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
             else parameters(_Timeout, owner, defer_timeout=defer_timeout).defer_timeout
         )
         self._resume_from: tuple[str, Checkpoint] | None = None
+        self.guards = parameters(
+            Guards,
+            owner,
+            early_stopping=early_stopping,
+            max_cost_usd=max_cost_usd,
+            max_runtime=max_runtime,
+            on_budget=on_budget,
+            on_max_runtime=on_max_runtime,
+        )
 
     def execute(self, context: Any) -> dict[str, Any]:
         deadline = self.deadline_from_now()
@@ -146,6 +174,10 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
             spec = hook.dialect.validate_spec({**defaults, **self.spec}, self.allow_unknown_fields)
         except InvalidJobSpecError as exc:  # the same spec fails the same way: no retries
             raise AirflowFailException(str(exc)) from exc
+        if refused := unsupported(
+            self.guards, hook.dialect.capabilities, hook.platform_connection.platform.display_name
+        ):
+            raise AirflowFailException(f"Parameter {refused[0]!r}: {refused[1]} (nothing was submitted)")
         identity = TaskIdentity.from_context(context)
         job = self.previous_job_to_resume(context, identity)
         if job is None:

@@ -168,6 +168,9 @@ class Capabilities:
     :ivar list_jobs: jobs can be listed by tag (needed by re-attach and the orphan reaper).
     :ivar checkpoints_in_job: the job object lists its checkpoints; if not, the checkpoints
         endpoint is asked when a job ends.
+    :ivar metric_history: the job's per-epoch metrics can be read while it runs (a metrics endpoint,
+        or the metrics saved with each checkpoint): the ``early_stopping`` guard works.
+    :ivar cost_usd: the job reports what it has cost so far, in USD: the ``max_cost_usd`` guard works.
     """
 
     final_checkpoint_on_cancel: bool = False
@@ -176,6 +179,8 @@ class Capabilities:
     events_in_job: bool = False
     list_jobs: bool = False
     checkpoints_in_job: bool = True
+    metric_history: bool = False
+    cost_usd: bool = False
 
 
 @dataclass(frozen=True)

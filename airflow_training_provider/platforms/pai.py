@@ -292,6 +292,7 @@ class PaiDialect(Dialect):
         events_in_job=False,
         list_jobs=True,
         checkpoints_in_job=True,
+        metric_history=True,  # ListTrainingJobMetrics; PAI reports no cost
     )
     status_map = {
         "Creating": JobState.PENDING,

@@ -282,7 +282,12 @@ class TensorOneDialect(Dialect):
     name = "tensorone"
     spec_model = TensorOneJobSpec
     capabilities = Capabilities(
-        final_checkpoint_on_cancel=True, preserve_checkpoints_flag=True, events=False, list_jobs=True
+        final_checkpoint_on_cancel=True,
+        preserve_checkpoints_flag=True,
+        events=False,
+        list_jobs=True,
+        metric_history=True,  # the metrics saved with each checkpoint
+        cost_usd=True,  # costs.currentCost
     )
     status_map = {
         "queued": JobState.QUEUED,

@@ -330,6 +330,8 @@ class TogetherDialect(Dialect):
         events=True,
         list_jobs=True,
         checkpoints_in_job=False,  # the job object has no checkpoint list: ask /checkpoints
+        metric_history=True,  # the metrics endpoint, evaluations per epoch
+        cost_usd=True,  # total_price
     )
     status_map = {
         "pending": JobState.PENDING,

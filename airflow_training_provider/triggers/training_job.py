@@ -22,6 +22,7 @@ from airflow_training_provider.cancellation import CancelPolicy, Decision, GiveU
 from airflow_training_provider.hooks.training_async import AsyncTrainingPlatformHook
 from airflow_training_provider.hooks.transport import RetryPolicy
 from airflow_training_provider.identity import TaskIdentity
+from airflow_training_provider.lifecycle.guards import Guards
 from airflow_training_provider.lifecycle.operations import NewEvents, Step
 from airflow_training_provider.lifecycle.waiting import (
     DeadlineReached,
@@ -50,6 +51,7 @@ CURSOR_READ_ATTEMPTS = 3
 
 _POLICY_FIELDS = frozenset(CancelPolicy.model_fields)
 _POLLING_FIELDS = frozenset(Polling.model_fields)
+_GUARD_FIELDS = frozenset(Guards.model_fields)
 
 
 class _CursorSavingReport(JobReport):
@@ -92,12 +94,15 @@ class TrainingJobTrigger(BaseTrigger):
     :param dag_id, run_id, task_id, map_index, try_number: the task instance try that deferred —
         lets ``on_kill`` ask Airflow what happened to it, and the trigger keep its event cursor.
     :param options: the fields of :class:`~airflow_training_provider.lifecycle.waiting.Polling`
-        (``poll_interval``, ``outage_budget``, ``confirm_interval``, seconds) and of
-        :class:`~airflow_training_provider.cancellation.CancelPolicy` (``cancel_on_kill``...).
+        (``poll_interval``, ``outage_budget``, ``confirm_interval``, seconds), of
+        :class:`~airflow_training_provider.cancellation.CancelPolicy` (``cancel_on_kill``...) and of
+        :class:`~airflow_training_provider.lifecycle.guards.Guards` (``early_stopping``,
+        ``max_cost_usd``, ``max_runtime``...).
 
     Emits exactly one event: a :data:`~airflow_training_provider.lifecycle.waiting.WaitOutcome` as
     JSON, its ``status`` one of ``terminal`` (with the final ``job``), ``timeout`` (the deadline
-    passed; the cancel already sent, if any), ``lost_contact`` or ``error``.
+    passed; the cancel already sent, if any), ``guard`` (a guard stopped the job), ``lost_contact``
+    or ``error``.
 
     :raises TypeError: an unknown option.
     """
@@ -118,7 +123,7 @@ class TrainingJobTrigger(BaseTrigger):
         **options: Any,
     ) -> None:
         super().__init__()
-        unknown = set(options) - _POLICY_FIELDS - _POLLING_FIELDS
+        unknown = set(options) - _POLICY_FIELDS - _POLLING_FIELDS - _GUARD_FIELDS
         if unknown:
             raise TypeError(f"TrainingJobTrigger got unknown options {sorted(unknown)}")
         self.conn_id = conn_id
@@ -134,6 +139,7 @@ class TrainingJobTrigger(BaseTrigger):
         )
         self.polling = Polling(**{k: v for k, v in options.items() if k in _POLLING_FIELDS})
         self.policy = CancelPolicy(**{k: v for k, v in options.items() if k in _POLICY_FIELDS})
+        self.guards = Guards(**{k: v for k, v in options.items() if k in _GUARD_FIELDS})
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         identity = self.identity
@@ -153,6 +159,7 @@ class TrainingJobTrigger(BaseTrigger):
                 "try_number": identity.try_number if identity else 1,
                 **self.polling.model_dump(),
                 **self.policy.model_dump(),
+                **self.guards.model_dump(mode="json"),
             },
         )
 
@@ -172,7 +179,14 @@ class TrainingJobTrigger(BaseTrigger):
                     delay = min(delay, max(0.0, self.deadline - time.time()))
                 await asyncio.sleep(delay)
             wait = wait_for_job(
-                client.ops, self.job_id, polling, self.policy, self.deadline, cursor, self.deadline_kind
+                client.ops,
+                self.job_id,
+                polling,
+                self.policy,
+                self.deadline,
+                cursor,
+                self.deadline_kind,
+                self.guards if self.guards.any else None,
             )
             outcome = await client.drive(wait, report)
         if isinstance(outcome, DeadlineReached):

@@ -65,8 +65,11 @@ def build_router(
         spec = wire.parse_create(body, project_id, data_dir, stop_grace_seconds)
         try:
             rec = engine.submit(spec)
-        except InvalidJobSpec as exc:
-            raise wire.bad(exc.field, str(exc)) from None
+        except InvalidJobSpec as exc:  # the engine names its own field: name the request's
+            field = {"gpu_count": "spec.resource.node_count", "dataset": "algorithm.inputs"}.get(
+                exc.field, exc.field
+            )
+            raise wire.bad(field, str(exc).replace("gpu_count", "node_count")) from None
         return JSONResponse(wire.job_to_wire(rec), status_code=201)
 
     @router.get(ROOT + "/training-jobs/{job_id}")
