@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from airflow_training_provider.assets import SCHEMES
 from airflow_training_provider.platforms import PLATFORMS
 
 _MODULES = {
@@ -42,6 +43,9 @@ def get_provider_info() -> dict[str, Any]:
             for kind, modules in _MODULES.items()
         },
         "extra-links": ["airflow_training_provider.links.TrainingJobConsoleLink"],
+        "asset-uris": [
+            {"schemes": list(SCHEMES), "handler": "airflow_training_provider.assets.normalize_uri"}
+        ],
         "plugins": [{"name": "training_job_view", "plugin-class": PLUGIN_CLASS}],
         "config": {
             "training_provider": {

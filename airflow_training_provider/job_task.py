@@ -33,6 +33,7 @@ from airflow.sdk.exceptions import (
 )
 from pydantic import BaseModel, ValidationError
 
+from airflow_training_provider.assets import checkpoint_uri, model_checkpoint, model_event_extra
 from airflow_training_provider.cancellation import CancelPolicy, GiveUp
 from airflow_training_provider.errors import TrainingPlatformError, TransientPlatformError
 from airflow_training_provider.hooks.training import TrainingPlatformHook, WaitInterrupted
@@ -50,7 +51,13 @@ from airflow_training_provider.lifecycle.waiting import (
     wait_for_job,
 )
 from airflow_training_provider.links import JOB_REF_XCOM_KEY, JobReference, TrainingJobConsoleLink
-from airflow_training_provider.models import CancelResult, JobState, TrainingJob, complete_cancel_result
+from airflow_training_provider.models import (
+    CancelResult,
+    Checkpoint,
+    JobState,
+    TrainingJob,
+    complete_cancel_result,
+)
 from airflow_training_provider.progress import JobReport, describe
 from airflow_training_provider.task_instance_lookup import (
     JOB_ID_XCOM_KEY,
@@ -157,6 +164,7 @@ class TrainingJobTaskMixin:
     polling: Polling
     defer_timeout: float | None = None
     guards: Guards | None = None
+    model_alias: str | None = None
 
     def _init_job_task(
         self, *, poll_interval: Any, outage_budget: Any, confirm_cancel_timeout: Any, **policy: Any
@@ -209,7 +217,9 @@ class TrainingJobTaskMixin:
         if (job := getattr(outcome, "job", None)) is not None:
             self.publish_job(context, job)
         if isinstance(outcome, JobFinished):
-            return job_outcome(outcome.job)
+            result = job_outcome(outcome.job)
+            self.publish_model(context, outcome.job)
+            return result
         if isinstance(outcome, GuardStopped):
             return self.conclude_guard(outcome, context)
         if isinstance(outcome, DeadlineReached) and outcome.kind == "sensor_timeout":
@@ -247,7 +257,23 @@ class TrainingJobTaskMixin:
                 ti.xcom_push(key="cancel_result", value=outcome.cancel.model_dump(mode="json"))
         if not stop.succeed:
             raise TrainingJobStoppedByGuard(f"Training job {job.id} was stopped: {stop.reason}")
+        self.publish_model(context, job, best, stop.guard)
         return {**job.model_dump(mode="json"), "guard": stop.model_dump(mode="json")}
+
+    def publish_model(
+        self, context: Any, job: TrainingJob, best: Checkpoint | None = None, guard: str | None = None
+    ) -> None:
+        """With ``model_alias``, emit the model (``best``, else the job's final checkpoint) as an asset
+        event through ``AssetAlias(model_alias)``: a DAG scheduled on the alias runs once per model."""
+        if not self.model_alias or not context or "outlet_events" not in context:
+            return
+        from airflow.sdk import Asset, AssetAlias
+
+        checkpoint = model_checkpoint(job, best)
+        uri = checkpoint_uri(job, checkpoint)
+        extra = model_event_extra(job, checkpoint, guard)
+        context["outlet_events"][AssetAlias(self.model_alias)].add(Asset(uri=uri), extra=extra)
+        self.log.info("Published model %s (job %s) through asset alias %r", uri, job.id, self.model_alias)  # type: ignore[attr-defined]
 
     def finish_if_ended(self, job: TrainingJob, context: Any = None) -> dict[str, Any] | None:
         """One status check before waiting: a job that already ended ends the task now (no deferral)."""
@@ -256,7 +282,9 @@ class TrainingJobTaskMixin:
         job = self.hook.final_view(job)
         self.publish_job(context, job)
         self.log.info("Training job %s", describe(job))  # type: ignore[attr-defined]
-        return job_outcome(job)
+        result = job_outcome(job)
+        self.publish_model(context, job)
+        return result
 
     @contextmanager
     def owning(self, job: TrainingJob) -> Iterator[None]:

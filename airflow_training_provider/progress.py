@@ -43,6 +43,7 @@ class JobReport:
     def __init__(self, log: logging.Logger | logging.LoggerAdapter, cursor: int = 0) -> None:
         self._log = log
         self._last: tuple | None = None
+        self._last_metrics: dict[str, float] | None = None
         self.cursor = cursor
 
     def __call__(self, step: Step) -> None:
@@ -54,15 +55,9 @@ class JobReport:
 
     def progress(self, job: TrainingJob) -> bool:
         """Log ``job`` if it moved since the last call; return whether it logged."""
-        signature = (
-            job.state,
-            job.raw_status,
-            job.progress.epoch,
-            job.progress.step,
-            tuple(sorted(job.metrics.items())),
-        )
-        if signature == self._last:
+        signature = (job.state, job.raw_status, job.progress.epoch, job.progress.step)
+        if signature == self._last and job.metrics == self._last_metrics:  # every poll: no sorting
             return False
-        self._last = signature
+        self._last, self._last_metrics = signature, job.metrics
         self._log.info("Training job %s", describe(job))
         return True

@@ -102,13 +102,16 @@ class JobOperations:
         self.dialect = dialect
         self.base_url = base_url
         self.clock = clock
+        self._console: tuple[str, str | None] = ("", None)  # the last job id and its console link
 
     def _call(self, request: ApiRequest, budget: float | None = None) -> Operation[Any]:
         return (yield request if budget is None else replace(request, budget=budget))
 
     def _linked(self, job: TrainingJob) -> TrainingJob:
         if not job.console_url:  # the job was just parsed and is ours: set it, no copy (every poll)
-            job.console_url = self.dialect.console_url(self.base_url, job.id)
+            if self._console[0] != job.id:  # a poll asks for the same job's link every time
+                self._console = (job.id, self.dialect.console_url(self.base_url, job.id))
+            job.console_url = self._console[1]
         return job
 
     # -- the job API ---------------------------------------------------------------------------

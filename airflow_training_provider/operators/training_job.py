@@ -92,6 +92,11 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
         counted from when it started running (independent of ``execution_timeout``).
     :param on_budget: ``"fail"`` (default; no retries) or ``"succeed"`` when ``max_cost_usd`` fires.
     :param on_max_runtime: the same for ``max_runtime``.
+    :param model_alias: publish the trained model as an Airflow asset through
+        ``AssetAlias(model_alias)`` (added to the task's outlets) when the task succeeds: the asset's
+        URI is the model's checkpoint (a guard's best, else the final one; ``s3://``, ``oss://``,
+        ``obs://``, ``file://`` or ``training://<platform>/<job>/<checkpoint>``), its event's extra
+        the job id, platform, epoch, metrics and cost. A DAG scheduled on the alias runs once per model.
 
     Bad parameter values raise ``ValueError`` naming the parameter when the DAG is parsed.
 
@@ -130,9 +135,15 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
         max_runtime: float | timedelta | None = None,
         on_budget: str = "fail",
         on_max_runtime: str = "fail",
+        model_alias: str | None = None,
         **kwargs: Any,
     ) -> None:
+        if model_alias:  # the scheduler learns from the outlets that this task emits through the alias
+            from airflow.sdk import AssetAlias
+
+            kwargs["outlets"] = [*(kwargs.get("outlets") or []), AssetAlias(model_alias)]
         super().__init__(**kwargs)
+        self.model_alias = model_alias
         self.conn_id = conn_id
         self.spec = spec
         self.wait_for_completion = wait_for_completion

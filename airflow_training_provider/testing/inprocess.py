@@ -75,7 +75,15 @@ def task_context(
     max_tries = try_number - 1 + retries if cleared else retries
     ti = InMemoryTaskInstance(dag_id, run_id, operator.task_id, try_number, max_tries=max_tries)
     store = state["task_state_store"] if state else InMemoryTaskStateStore()
-    return {"ti": ti, "task_instance": ti, "task_state_store": store, "run_id": run_id}
+    from airflow.sdk.execution_time.context import OutletEventAccessors
+
+    return {
+        "ti": ti,
+        "task_instance": ti,
+        "task_state_store": store,
+        "run_id": run_id,
+        "outlet_events": OutletEventAccessors(),  # asset events the task emits (``model_alias``)
+    }
 
 
 async def first_event(trigger: Any) -> Any:

@@ -101,6 +101,24 @@ def test_modelarts_example_dag_trains_and_registers(airflow_env, platform):
     assert API_KEY not in out
 
 
+def test_the_sweep_example_maps_one_job_per_grid_point_and_promotes_the_best(airflow_env, platform):
+    before = {j["job_id"] for j in platform_jobs(platform)}
+    run = airflow_env.dags_test("tensorone_sweep_digits")
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out[-5000:]
+    jobs = [j for j in platform_jobs(platform) if j["job_id"] not in before]
+    assert len(jobs) == 4 and {j["name"].split("-t")[0] for j in jobs} == {
+        f"sweep-lr{lr}-h{h}" for lr in (0.001, 0.01) for h in (32, 64)
+    }
+    maps = sorted(t for j in jobs for t in j["tags"] if t.startswith("airflow-map:"))
+    assert maps == [f"airflow-map:{i}" for i in range(4)], "one mapped task instance per job"
+    record = json.loads((airflow_env.registry / "digits-sweep.json").read_text())
+    accuracy = {j["job_id"]: (j["metrics"] or {}).get("val_accuracy", 0.0) for j in jobs}
+    assert record["job_id"] == max(accuracy, key=accuracy.get), (record, accuracy)
+    assert record["checkpoint"] and Path(record["checkpoint"]).is_file()
+    assert all(j["cost"]["current_usd"] <= 1.0 for j in jobs)
+
+
 def test_failed_job_fails_the_task_with_platform_message(airflow_env, platform):
     run = airflow_env.dags_test("e2e_failing_job")
     out = run.stdout + run.stderr

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from airflow.sdk import AssetAlias
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_training_provider.job_task import TrainingJobStoppedByGuard
@@ -27,7 +28,7 @@ def test_early_stopping_stops_a_job_that_no_longer_improves_and_the_task_succeed
     # an improvement must be 0.05 or more: the validation loss of this MLP flattens out after a few epochs
     rule = {"metric": "validation_loss", "mode": "min", "patience": 2, "min_delta": 0.05}
     op = submit("tensorone", tensorone_spec(epochs=100, seconds_per_epoch=0.3), deferrable=deferrable,
-                early_stopping=rule)  # fmt: skip
+                early_stopping=rule, model_alias="digits-model")  # fmt: skip
     ctx = task_context(op, run_id=f"early-{deferrable}")
     result = run_task(op, ctx)
     guard = result["guard"]
@@ -47,6 +48,14 @@ def test_early_stopping_stops_a_job_that_no_longer_improves_and_the_task_succeed
     best = guard["best_checkpoint"]
     assert best["epoch"] == best_epoch and os.path.isfile(best["path"])
     assert ctx["ti"].xcoms["guard_stop"]["guard"] == "early_stopping"
+    # the best checkpoint is the model, published through the alias with what made it
+    (event,) = ctx["outlet_events"][AssetAlias("digits-model")].asset_alias_events
+    assert event.dest_asset_key.uri == f"file://{best['path']}"
+    assert event.extra["job_id"] == result["id"] and event.extra["epoch"] == best_epoch
+    assert event.extra["guard"] == "early_stopping" and event.extra["metrics"][
+        "validation_loss"
+    ] == pytest.approx(guard["best_value"])
+    assert event.extra["platform"] == "tensorone" and event.extra["cost_usd"] > 0
 
 
 @pytest.mark.parametrize("conn", ["together", "pai"])

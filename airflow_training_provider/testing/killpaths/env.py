@@ -45,7 +45,7 @@ def dag_ids() -> list[str]:
     ids = [f.dag(shape) for shape in SHAPES for f in FLAVORS.values()]
     ids += [f.dag("kp_auto_cancel") for f in FLAVORS.values() if f.auto_cancel_spec is not None]
     ids += [f.dag("kp_events") for f in FLAVORS.values() if f.events]
-    return ids
+    return [*ids, "kp_model_producer", "kp_model_consumer"]
 
 
 class KillPathEnv:

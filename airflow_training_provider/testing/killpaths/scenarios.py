@@ -607,7 +607,7 @@ def k8_triggerer_reassignment(stack, platform, flavors: list[Flavor]) -> dict[st
     mid = {n: platform.job(job["job_id"])["state"] for n, (_, _, job) in runs.items()}
     outcomes = {}
     for key, (dag, run_id, _) in runs.items():
-        ti = stack.wait_ti(dag, run_id, "train", {"success", "failed"}, timeout=180)
+        ti = stack.wait_ti(dag, run_id, "train", {"success", "failed"}, timeout=240)
         outcomes[key] = _finish(
             stack,
             platform,

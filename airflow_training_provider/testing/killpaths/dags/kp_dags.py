@@ -13,7 +13,8 @@ from __future__ import annotations
 import os
 from datetime import datetime, timedelta
 
-from airflow.sdk import DAG
+from airflow.providers.standard.operators.python import PythonOperator
+from airflow.sdk import DAG, AssetAlias
 
 from airflow_training_provider.operators.reaper import ReapOrphanedTrainingJobsOperator
 from airflow_training_provider.operators.training_job import SubmitTrainingJobOperator
@@ -79,12 +80,13 @@ for flavor in FLAVORS.values():
             task_id="train", spec=spec(epochs=24, seconds_per_epoch=0.5), outage_budget=120, **fast_deferred
         )
 
+    # K8 only: long enough to outlast the takeover of 2 tasks per platform (~100 s), short enough to end
     with dag(f"kp_medium_deferred{sfx}"):
-        PidRecordingSubmit(task_id="train", spec=spec(epochs=120, seconds_per_epoch=0.5), **deferred)
+        PidRecordingSubmit(task_id="train", spec=spec(epochs=200, seconds_per_epoch=0.5), **deferred)
 
     with dag(f"kp_medium_sensor{sfx}"):  # K8 for a sensor that owns the cancel of the job it watches
         submitted = SubmitTrainingJobOperator(
-            task_id="submit", conn_id=conn_id, spec=spec(epochs=120, seconds_per_epoch=0.5),
+            task_id="submit", conn_id=conn_id, spec=spec(epochs=200, seconds_per_epoch=0.5),
             wait_for_completion=False,
         )  # fmt: skip
         submitted >> TrainingJobSensor(
@@ -113,3 +115,28 @@ for flavor in FLAVORS.values():
     if flavor.events:  # K20: events streamed across a triggerer restart
         with dag(f"kp_events{sfx}"):
             PidRecordingSubmit(task_id="train", spec=spec(epochs=30, seconds_per_epoch=0.5), **fast_deferred)
+
+
+# The trained model as an asset: the producer publishes its model through an alias, the consumer
+# is scheduled on the alias and records what it was given.
+with dag("kp_model_producer"):
+    PidRecordingSubmit(
+        task_id="train", spec=FLAVORS["tensorone"].spec(epochs=2, seconds_per_epoch=0.3),
+        conn_id="tensorone_local", deferrable=True, poll_interval=1, model_alias="kp-model",
+    )  # fmt: skip
+
+
+def _record_model(**context):
+    # keyed by the alias (and by the asset): each event once, with the asset it names
+    seen = {}
+    for events in context["triggering_asset_events"].values():
+        for event in events:
+            seen[(event.asset.uri, event.extra.get("job_id"))] = {
+                "uri": event.asset.uri,
+                "extra": event.extra,
+            }
+    return list(seen.values())
+
+
+with DAG(dag_id="kp_model_consumer", schedule=[AssetAlias("kp-model")], start_date=START, catchup=False):
+    PythonOperator(task_id="use_model", python_callable=_record_model)
