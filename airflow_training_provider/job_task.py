@@ -165,6 +165,7 @@ class TrainingJobTaskMixin:
     defer_timeout: float | None = None
     guards: Guards | None = None
     model_alias: str | None = None
+    lineage: tuple[TrainingJob, str | None, str | None] | None = None  # the model made: job, URI, guard
 
     def _init_job_task(
         self, *, poll_interval: Any, outage_budget: Any, confirm_cancel_timeout: Any, **policy: Any
@@ -265,11 +266,16 @@ class TrainingJobTaskMixin:
     ) -> None:
         """With ``model_alias``, emit the model (``best``, else the job's final checkpoint) as an asset
         event through ``AssetAlias(model_alias)``: a DAG scheduled on the alias runs once per model."""
+        checkpoint = model_checkpoint(job, best)
+        self.lineage = (
+            job,
+            checkpoint_uri(job, checkpoint) if checkpoint else None,
+            guard,
+        )  # for OpenLineage
         if not self.model_alias or not context or "outlet_events" not in context:
             return
         from airflow.sdk import Asset, AssetAlias
 
-        checkpoint = model_checkpoint(job, best)
         uri = checkpoint_uri(job, checkpoint)
         extra = model_event_extra(job, checkpoint, guard)
         context["outlet_events"][AssetAlias(self.model_alias)].add(Asset(uri=uri), extra=extra)

@@ -212,6 +212,20 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
         confirm_until = None if deadline is None else deadline - WORKER_CONFIRM_MARGIN
         return self.conclude(outcome, context, confirm_until)
 
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage (called by the OpenLineage provider's listener when the task succeeded):
+        inputs = the training data the spec names (:meth:`Dialect.training_data`), outputs = the
+        model's checkpoint URI, run facet ``trainingJob`` = job id, platform, state, final metrics,
+        cost (USD), epoch and the guard that stopped it. ``None`` without the OpenLineage provider."""
+        from airflow_training_provider.lineage import operator_lineage
+
+        job, model, guard = self.lineage or (None, None, None)
+        try:
+            inputs = self.hook.dialect.training_data(self.spec if isinstance(self.spec, dict) else {})
+            return operator_lineage(inputs, [model] if model else [], job, guard)
+        except ImportError:  # the OpenLineage provider is optional
+            return None
+
     def remember(self, context: Any, identity: TaskIdentity, job: TrainingJob) -> None:
         """Publish the job before waiting: XCom (this try) and the task state store (next tries)."""
         self.job_id = job.id

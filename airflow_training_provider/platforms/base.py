@@ -255,6 +255,11 @@ class Dialect(ABC):
                 )
         return model.model_dump(mode="json", exclude_unset=True)
 
+    def training_data(self, spec: dict[str, Any]) -> list[str]:
+        """URIs of the data a create ``spec`` trains on (for lineage), as the platform names them
+        (``s3://…``, ``oss://…``, ``together://files/<id>``…); ``[]`` when it names none."""
+        return []
+
     def spec_defaults(self, credentials: Credentials) -> dict[str, Any]:
         """Top-level spec fields the connection supplies when the spec leaves them out (PAI's
         ``WorkspaceId``); merged under the spec before it is validated. None by default."""

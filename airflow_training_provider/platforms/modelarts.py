@@ -413,6 +413,15 @@ class ModelArtsDialect(Dialect):
         ]
         return {**spec, "algorithm": algorithm}
 
+    def training_data(self, spec: dict[str, Any]) -> list[str]:
+        """Each input's OBS location (``/bucket/key`` as ``obs://bucket/key``), except ``resume_from``."""
+        out = []
+        for channel in (spec.get("algorithm") or {}).get("inputs") or []:
+            url = ((channel.get("remote") or {}).get("obs") or {}).get("obs_url")
+            if url and channel.get("name") != RESUME_CHANNEL:
+                out.append(f"obs:/{url}" if url.startswith("/") else url)
+        return out
+
     # -- requests -----------------------------------------------------------------------------------
     def create_request(self, spec: dict[str, Any]) -> ApiRequest:
         # not idempotent: ModelArts has no client token; a create that may have landed is found by search

@@ -359,6 +359,16 @@ class PaiDialect(Dialect):
             "OutputChannels": [*others, {"Name": CHECKPOINT_CHANNEL, "OutputUri": checkpoint.path}],
         }
 
+    def training_data(self, spec: dict[str, Any]) -> list[str]:
+        """Each input channel's ``InputUri`` (a dataset id as ``pai://datasets/<id>``)."""
+        out = []
+        for channel in spec.get("InputChannels") or []:
+            if channel.get("InputUri"):
+                out.append(channel["InputUri"])
+            elif channel.get("DatasetId"):
+                out.append(f"pai://datasets/{channel['DatasetId']}")
+        return out
+
     # -- requests -----------------------------------------------------------------------------------
     @staticmethod
     def _call(

@@ -369,6 +369,14 @@ class SageMakerDialect(Dialect):
             idempotent=idempotent,
         )
 
+    def training_data(self, spec: dict[str, Any]) -> list[str]:
+        """Each input channel's ``S3Uri``."""
+        uris = [
+            ((c.get("DataSource") or {}).get("S3DataSource") or {}).get("S3Uri")
+            for c in spec.get("InputDataConfig") or []
+        ]
+        return [u for u in uris if u]
+
     def create_request(self, spec: dict[str, Any]) -> ApiRequest:
         # the name is deterministic: a create that may have landed can be re-sent (ResourceInUse = ours)
         return self._op("CreateTrainingJob", spec)

@@ -309,6 +309,14 @@ class TensorOneDialect(Dialect):
             )
         return spec
 
+    def training_data(self, spec: dict[str, Any]) -> list[str]:
+        """``datasetConfig.datasetUrl``, else the dataset id as ``tensorone://datasets/<id>``."""
+        config = spec.get("datasetConfig") or {}
+        if url := config.get("datasetUrl"):
+            return [url]
+        dataset = spec.get("datasetId") or config.get("datasetId")
+        return [f"tensorone://datasets/{dataset}"] if dataset else []
+
     def with_tags(self, spec: dict[str, Any], tags: list[str]) -> dict[str, Any]:
         own = [t for t in spec.get("tags", []) if t not in tags]
         return {**spec, "tags": own + list(tags)}

@@ -366,6 +366,10 @@ class TogetherDialect(Dialect):
         return {**spec, "from_checkpoint": self.checkpoint_ref(job_id, checkpoint)}
 
     # -- requests -----------------------------------------------------------------------------
+    def training_data(self, spec: dict[str, Any]) -> list[str]:
+        """The training and validation files, as ``together://files/<id>``."""
+        return [f"together://files/{spec[k]}" for k in ("training_file", "validation_file") if spec.get(k)]
+
     def create_request(self, spec: dict[str, Any]) -> ApiRequest:
         return ApiRequest("POST", PATH, body=spec, idempotent=False)
 

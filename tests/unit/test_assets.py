@@ -57,3 +57,31 @@ def test_uri_handling_is_registered_for_oss_obs_and_platform_checkpoints():
     assert urllib.parse.urlunsplit(parts) == "oss://my-bucket/Models/x"
     with pytest.raises(ValueError, match="need a bucket"):
         normalize_uri(urllib.parse.urlsplit("obs:///no-bucket"))
+
+
+def test_each_platform_names_the_training_data_of_its_spec_for_lineage():
+    from airflow_training_provider.lineage import dataset_name
+    from airflow_training_provider.platforms import modelarts, pai, sagemaker, tensorone, together
+    from tests.unit import test_modelarts_dialect as ma
+    from tests.unit import test_pai_dialect as pa
+    from tests.unit import test_sagemaker_dialect as sm
+
+    assert tensorone.TensorOneDialect().training_data({"name": "n", "datasetId": "ds_1"}) == [
+        "tensorone://datasets/ds_1"
+    ]
+    assert together.TogetherDialect().training_data(
+        {"training_file": "file-1", "validation_file": "file-2"}
+    ) == [
+        "together://files/file-1",
+        "together://files/file-2",
+    ]
+    assert sagemaker.SageMakerDialect().training_data(sm.SPEC) == [
+        c["DataSource"]["S3DataSource"]["S3Uri"] for c in sm.SPEC["InputDataConfig"]
+    ]
+    assert pai.PaiDialect().training_data(pa.SPEC) == ["oss://bucket/data/"]
+    resumed = modelarts.ModelArtsDialect().resume_spec(ma.SPEC, "j", Checkpoint(id="c", path="/b/ckpt/"))
+    assert modelarts.ModelArtsDialect().training_data(resumed) == [
+        "obs://bucket/data/"
+    ]  # not the resume input
+    assert dataset_name("oss://bucket/data/") == ("oss://bucket", "data/")
+    assert dataset_name("file:///tmp/x.joblib") == ("file", "/tmp/x.joblib")
