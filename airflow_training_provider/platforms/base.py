@@ -15,6 +15,7 @@ from __future__ import annotations
 import difflib
 import json
 import logging
+import re
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
@@ -78,6 +79,36 @@ def with_tag_pairs(existing: list[dict[str, Any]] | None, tags: list[str]) -> li
     ident = tag_pairs(tags)
     own = [pair for pair in existing or [] if pair.get("Key") not in ident]
     return own + [{"Key": k, "Value": v} for k, v in ident.items()]
+
+
+def name_value_pairs(value: Any, name_key: str, value_key: str) -> Any:
+    """Hyperparameters as ``[{name_key, value_key}]`` pairs with string values (PAI's ``Name``/``Value``,
+    ModelArts' ``name``/``value``); a mapping (``{"epochs": 3}``) is accepted and turned into that
+    list. For a pydantic ``mode="before"`` validator.
+
+    :raises ValueError: a boolean value (ambiguous as a string)."""
+    if isinstance(value, Mapping):
+        value = [{name_key: k, value_key: v} for k, v in value.items()]
+    if not isinstance(value, list):
+        return value
+    out = []
+    for item in value:
+        if isinstance(item, dict) and isinstance(item.get(value_key), bool):
+            raise ValueError(f"value of {item.get(name_key)!r} must be a string, not a boolean")
+        if isinstance(item, dict) and isinstance(item.get(value_key), int | float):
+            item = {**item, value_key: str(item[value_key])}
+        out.append(item)
+    return out
+
+
+def try_job_name(stem: str | None, tags: list[str], max_length: int, marker: str | None = None) -> str:
+    """``<stem or af-<dag>-<task>>[-<marker>]-t<try>``, cut to ``max_length`` characters of
+    ``[A-Za-z0-9_-]``: a job name that says which try made it (PAI, ModelArts)."""
+    ident = tag_pairs(tags)
+    suffix = (f"-{marker}" if marker else "") + f"-t{ident.get('airflow-try', '1')}"
+    readable = stem or f"af-{ident.get('airflow-dag', '')}-{ident.get('airflow-task', '')}"
+    cleaned = re.sub(r"[^A-Za-z0-9_-]+", "-", readable).strip("-_") or "job"
+    return cleaned[: max_length - len(suffix)].rstrip("-_") + suffix
 
 
 class WireModel(BaseModel):

@@ -56,8 +56,10 @@ from airflow_training_provider.platforms.base import (
     Dialect,
     HttpRequest,
     WireModel,
+    name_value_pairs,
     retry_after_seconds,
     tag_pairs,
+    try_job_name,
 )
 from airflow_training_provider.platforms.descriptor import ConnectionParts, PlatformDescriptor, base_url_of
 
@@ -200,20 +202,7 @@ class _Parameter(_Wire):
 
 
 def _name_value_list(value: Any) -> Any:
-    """``parameters`` as ModelArts sends them, ``[{"name", "value"}]`` with string values; a mapping
-    (``{"epochs": 3}``) is accepted and turned into that list."""
-    if isinstance(value, Mapping):
-        value = [{"name": k, "value": v} for k, v in value.items()]
-    if isinstance(value, list):
-        out = []
-        for item in value:
-            if isinstance(item, dict) and isinstance(item.get("value"), bool):
-                raise ValueError(f"value of {item.get('name')!r} must be a string, not a boolean")
-            if isinstance(item, dict) and isinstance(item.get("value"), int | float):
-                item = {**item, "value": str(item["value"])}
-            out.append(item)
-        return out
-    return value
+    return name_value_pairs(value, "name", "value")
 
 
 class _Algorithm(_Wire):
@@ -311,12 +300,7 @@ def identity_digest(tags: list[str]) -> str | None:
 
 def job_name(stem: str | None, tags: list[str]) -> str:
     """``<stem or af-<dag>-<task>>-<digest>-t<try>``, cut to 64 characters of ``[A-Za-z0-9_-]``."""
-    ident = tag_pairs(tags)
-    digest = identity_digest(tags)
-    suffix = (f"-{digest}" if digest else "") + f"-t{ident.get('airflow-try', '1')}"
-    readable = stem or f"af-{ident.get('airflow-dag', '')}-{ident.get('airflow-task', '')}"
-    cleaned = re.sub(r"[^A-Za-z0-9_-]+", "-", readable).strip("-_") or "job"
-    return cleaned[: MAX_NAME - len(suffix)].rstrip("-_") + suffix
+    return try_job_name(stem, tags, MAX_NAME, identity_digest(tags))
 
 
 def _channel(channels: list[WireChannel], names: tuple[str, ...]) -> str | None:

@@ -57,8 +57,10 @@ from airflow_training_provider.platforms.base import (
     Dialect,
     HttpRequest,
     WireModel,
+    name_value_pairs,
     retry_after_seconds,
     tag_pairs,
+    try_job_name,
     with_tag_pairs,
 )
 from airflow_training_provider.platforms.descriptor import ConnectionParts, PlatformDescriptor, base_url_of
@@ -206,20 +208,7 @@ class _Scheduler(_Wire):
 
 
 def _name_value_list(value: Any) -> Any:
-    """``HyperParameters`` as PAI sends them, ``[{"Name", "Value"}]`` with string values; a mapping
-    (``{"epochs": 3}``) is accepted and turned into that list."""
-    if isinstance(value, Mapping):
-        value = [{"Name": k, "Value": v} for k, v in value.items()]
-    if isinstance(value, list):
-        out = []
-        for item in value:
-            if isinstance(item, dict) and isinstance(item.get("Value"), bool):
-                raise ValueError(f"value of {item.get('Name')!r} must be a string, not a boolean")
-            if isinstance(item, dict) and isinstance(item.get("Value"), int | float):
-                item = {**item, "Value": str(item["Value"])}
-            out.append(item)
-        return out
-    return value
+    return name_value_pairs(value, "Name", "Value")
 
 
 class PaiJobSpec(_Wire):
@@ -263,11 +252,7 @@ class PaiJobSpec(_Wire):
 # -- names and labels ---------------------------------------------------------------------------------
 def job_name(stem: str | None, tags: list[str]) -> str:
     """``<stem or af-<dag>-<task>>-t<try>``, cut to 64 characters of ``[A-Za-z0-9_-]``."""
-    ident = tag_pairs(tags)
-    suffix = f"-t{ident.get('airflow-try', '1')}"
-    readable = stem or f"af-{ident.get('airflow-dag', '')}-{ident.get('airflow-task', '')}"
-    cleaned = re.sub(r"[^A-Za-z0-9_-]+", "-", readable).strip("-_") or "job"
-    return cleaned[: MAX_NAME - len(suffix)].rstrip("-_") + suffix
+    return try_job_name(stem, tags, MAX_NAME)
 
 
 def _channel_uri(channels: list[dict[str, Any]] | list[WireChannel], name: str) -> str | None:
