@@ -114,7 +114,8 @@ def test_the_sweep_example_maps_one_job_per_grid_point_and_promotes_the_best(air
     assert maps == [f"airflow-map:{i}" for i in range(4)], "one mapped task instance per job"
     record = json.loads((airflow_env.registry / "digits-sweep.json").read_text())
     accuracy = {j["job_id"]: (j["metrics"] or {}).get("val_accuracy", 0.0) for j in jobs}
-    assert record["job_id"] == max(accuracy, key=accuracy.get), (record, accuracy)
+    # validation accuracy comes in steps of 1/360 (the digits validation split): ties are common
+    assert accuracy[record["job_id"]] == max(accuracy.values()), (record, accuracy)
     assert record["checkpoint"] and Path(record["checkpoint"]).is_file()
     assert all(j["cost"]["current_usd"] <= 1.0 for j in jobs)
 
