@@ -8,7 +8,8 @@ after a triggerer restart:
   the metrics saved with each checkpoint), re-read from the platform whenever the job reports a
   new epoch: no state of its own to lose;
 * **budget** reads the job's cost (USD) at each poll and the rate two polls imply, and stops the
-  job when the next poll would find it over ``max_cost_usd``;
+  job when the next poll would find it over ``max_cost_usd``; where the platform reports no cost,
+  the cost is the job's training time at the ``hourly_cost_usd`` the user gives;
 * **run time** reads when the job started training (the platform's own timestamp where it gives
   one) and stops it ``max_runtime`` seconds later.
 
@@ -53,6 +54,10 @@ class Guards(BaseModel):
 
     :ivar early_stopping: see :class:`EarlyStopping`; the task succeeds when it fires.
     :ivar max_cost_usd: stop before the job's cost (USD) would exceed this.
+    :ivar hourly_cost_usd: what the job costs per hour of training (USD, all its instances
+        together), for a platform that reports no cost (SageMaker, PAI, ModelArts): the budget then
+        counts the job's training time, from the platform's start time, at this price. Not used
+        where the platform reports a cost.
     :ivar max_runtime: seconds of training (from when the job started running, independent of
         Airflow's ``execution_timeout``) after which the job is stopped.
     :ivar on_budget: what the task does when ``max_cost_usd`` fires: ``"fail"`` or ``"succeed"``
@@ -64,6 +69,7 @@ class Guards(BaseModel):
 
     early_stopping: EarlyStopping | None = None
     max_cost_usd: float | None = Field(None, gt=0)
+    hourly_cost_usd: float | None = Field(None, gt=0)
     max_runtime: Seconds | None = None
     on_budget: Literal["fail", "succeed"] = "fail"
     on_max_runtime: Literal["fail", "succeed"] = "fail"
@@ -111,9 +117,20 @@ def unsupported(guards: Guards, capabilities: Capabilities, platform: str) -> tu
     """``(parameter, why)`` for a guard the platform cannot serve (asked before submit), else ``None``."""
     if guards.early_stopping is not None and not capabilities.metric_history:
         return "early_stopping", f"{platform} reports no per-epoch metrics while a job runs; use max_runtime"
-    if guards.max_cost_usd is not None and not capabilities.cost_usd:
-        return "max_cost_usd", f"{platform} reports no cost in USD while a job runs; use max_runtime"
+    if guards.max_cost_usd is not None and not capabilities.cost_usd and guards.hourly_cost_usd is None:
+        return "max_cost_usd", (
+            f"{platform} reports no cost in USD while a job runs; give hourly_cost_usd (what the job's "
+            "instances cost per hour) to count its training time, or use max_runtime"
+        )
     return None
+
+
+def for_platform(guards: Guards, capabilities: Capabilities) -> Guards:
+    """``guards`` as they apply on a platform: its own cost, where it reports one, is used instead
+    of ``hourly_cost_usd`` (the price then counts for nothing)."""
+    if guards.hourly_cost_usd is not None and capabilities.cost_usd:
+        return guards.model_copy(update={"hourly_cost_usd": None})
+    return guards
 
 
 # -- early stopping -------------------------------------------------------------------------------
@@ -186,8 +203,14 @@ class GuardWatch:
         self.fired: GuardStop | None = None  # set by the wait when a guard fires
 
     def needs_start(self, job: TrainingJob) -> bool:
-        """``max_runtime`` is on, the job is training, and when it started is not known yet."""
-        return bool(self.guards.max_runtime) and self.started_at is None and job.state.value == "running"
+        """The job is training, when it started is not known yet, and a guard counts from then
+        (``max_runtime``, or a budget priced by the hour for a job that reports no cost)."""
+        counts_time = bool(self.guards.max_runtime) or self._priced_by_time(job)
+        return counts_time and self.started_at is None and job.state.value == "running"
+
+    def _priced_by_time(self, job: TrainingJob) -> bool:
+        g = self.guards  # hourly_cost_usd is kept only for a platform that reports no cost
+        return bool(g.max_cost_usd and g.hourly_cost_usd)
 
     def note_start(self, job: TrainingJob) -> None:
         """Remember when ``job`` (fully read) started training: the platform's timestamp, else now."""
@@ -219,9 +242,12 @@ class GuardWatch:
                 runtime_seconds=ran,
             )
         cost = job.cost.total_usd
+        priced = self._priced_by_time(job)
+        if priced and self.started_at is not None:  # training time at the user's hourly price
+            cost = (now - self.started_at) * guards.hourly_cost_usd / 3600
         if guards.max_cost_usd and cost is not None:
-            rate = None
-            if self._cost_sample is not None and now > self._cost_sample[0]:
+            rate = guards.hourly_cost_usd / 3600 if priced else None
+            if rate is None and self._cost_sample is not None and now > self._cost_sample[0]:
                 rate = max(0.0, (cost - self._cost_sample[1]) / (now - self._cost_sample[0]))
             self._cost_sample = (now, cost)
             if over_budget(guards.max_cost_usd, cost, rate, interval):
@@ -230,6 +256,11 @@ class GuardWatch:
                     succeed=guards.on_budget == "succeed",
                     reason=(
                         f"max_cost_usd: the job has cost ${cost:.4f}"
+                        + (
+                            f" ({now - self.started_at:.0f} s of training at hourly_cost_usd)"
+                            if priced
+                            else ""
+                        )
                         + (f" and spends ${rate * 3600:.4f}/h" if rate else "")
                         + f"; the next poll would exceed ${guards.max_cost_usd:.4f}"
                     ),

@@ -32,7 +32,7 @@ from airflow_training_provider.job_task import (
     log_cancel,
     parameters,
 )
-from airflow_training_provider.lifecycle.guards import Guards, unsupported
+from airflow_training_provider.lifecycle.guards import Guards, for_platform, unsupported
 from airflow_training_provider.lifecycle.operations import is_stopping_or_terminal, is_terminal
 from airflow_training_provider.links import TrainingJobConsoleLink
 from airflow_training_provider.models import Checkpoint, JobState, TrainingJob
@@ -86,8 +86,12 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
         epoch's checkpoint. Platforms that report per-epoch metrics while a job runs
         (``Capabilities.metric_history``); elsewhere the task fails before submitting.
     :param max_cost_usd: stop the job before the next poll would find it over this cost (USD; the
-        platform's cost and the rate it implies). Platforms that report a cost
-        (``Capabilities.cost_usd``).
+        platform's cost and the rate it implies). On platforms that report no cost
+        (``Capabilities.cost_usd`` false: SageMaker, PAI, ModelArts) give ``hourly_cost_usd`` too;
+        without it the task fails before submitting.
+    :param hourly_cost_usd: the job's price per hour of training (USD, all its instances together)
+        where the platform reports no cost: ``max_cost_usd`` then counts the job's training time
+        (from the platform's start time) at this price.
     :param max_runtime: seconds (or a ``timedelta``) of training after which the job is stopped,
         counted from when it started running (independent of ``execution_timeout``).
     :param on_budget: ``"fail"`` (default; no retries) or ``"succeed"`` when ``max_cost_usd`` fires.
@@ -132,6 +136,7 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
         allow_unknown_fields: bool = False,
         early_stopping: dict[str, Any] | None = None,
         max_cost_usd: float | None = None,
+        hourly_cost_usd: float | None = None,
         max_runtime: float | timedelta | None = None,
         on_budget: str = "fail",
         on_max_runtime: str = "fail",
@@ -172,6 +177,7 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
             owner,
             early_stopping=early_stopping,
             max_cost_usd=max_cost_usd,
+            hourly_cost_usd=hourly_cost_usd,
             max_runtime=max_runtime,
             on_budget=on_budget,
             on_max_runtime=on_max_runtime,
@@ -189,6 +195,7 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
             self.guards, hook.dialect.capabilities, hook.platform_connection.platform.display_name
         ):
             raise AirflowFailException(f"Parameter {refused[0]!r}: {refused[1]} (nothing was submitted)")
+        self.guards = for_platform(self.guards, hook.dialect.capabilities)
         identity = TaskIdentity.from_context(context)
         job = self.previous_job_to_resume(context, identity)
         if job is None:

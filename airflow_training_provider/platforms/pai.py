@@ -498,6 +498,7 @@ class PaiDialect(Dialect):
                 if label.Key.startswith(LABEL_KEY_PREFIX)
             ],
             created_at=wire.GmtCreateTime,
+            started_at=_running_since(wire.StatusTransitions),
             updated_at=wire.GmtModifiedTime,
         )
 
@@ -698,3 +699,15 @@ PLATFORM = PaiPlatformDescriptor(
         "host": "https://pai.<region>.aliyuncs.com",
     },
 )
+
+
+def _running_since(transitions: list[dict[str, Any]]) -> datetime | None:
+    """When the job started training: the ``StartTime`` of its first ``Running`` status transition
+    (GetTrainingJob ``StatusTransitions``), or ``None`` before it runs or if unreadable."""
+    for transition in transitions:
+        if transition.get("Status") == "Running" and transition.get("StartTime"):
+            try:
+                return datetime.fromisoformat(str(transition["StartTime"]).replace("Z", "+00:00"))
+            except ValueError:
+                return None
+    return None

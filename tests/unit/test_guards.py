@@ -13,6 +13,7 @@ from airflow_training_provider.lifecycle.guards import (
     Guards,
     GuardWatch,
     early_stop,
+    for_platform,
     over_budget,
     unsupported,
 )
@@ -103,6 +104,22 @@ def test_the_watch_measures_the_spending_rate_between_polls_and_the_run_time_fro
     assert stop.guard == "max_runtime" and not stop.succeed and stop.runtime_seconds == 300
 
 
+def test_without_a_platform_cost_the_budget_counts_training_time_at_the_hourly_price():
+    clock = FakeClock(1000.0)
+    watch = GuardWatch(Guards(max_cost_usd=0.5, hourly_cost_usd=36.0), clock)  # $0.01 a second
+    unpriced = job(cost=None).model_copy(update={"started_at": None})
+    assert not watch.needs_start(job(cost=None, state=JobState.QUEUED))
+    assert watch.needs_start(unpriced)
+    watch.note_start(unpriced)  # no platform timestamp: from now
+    assert watch.check(unpriced, 10, None) is None  # $0 now, $0.10 by the next poll
+    clock.now += 35
+    assert watch.check(unpriced, 10, None) is None  # $0.35 + $0.10 = $0.45
+    clock.now += 6
+    stop = watch.check(unpriced, 10, None)  # $0.41 + $0.10 > $0.50: before the next poll exceeds it
+    assert stop.guard == "max_cost_usd" and stop.cost_usd == pytest.approx(0.41)
+    assert "41 s of training at hourly_cost_usd" in stop.reason and "$36.0000/h" in stop.reason
+
+
 def test_guards_are_checked_when_the_dag_is_parsed_and_against_the_platform_before_submit():
     with pytest.raises(ValueError, match="patience"):
         Guards(early_stopping={"metric": "validation_loss", "patience": 0})
@@ -115,8 +132,14 @@ def test_guards_are_checked_when_the_dag_is_parsed_and_against_the_platform_befo
     assert unsupported(guards, Capabilities(cost_usd=True), "P")[0] == "early_stopping"
     assert unsupported(guards, Capabilities(metric_history=True), "P") == (
         "max_cost_usd",
-        "P reports no cost in USD while a job runs; use max_runtime",
+        "P reports no cost in USD while a job runs; give hourly_cost_usd (what the job's instances cost "
+        "per hour) to count its training time, or use max_runtime",
     )
+    priced = guards.model_copy(update={"hourly_cost_usd": 3.0})
+    assert unsupported(priced, Capabilities(metric_history=True), "P") is None
+    # where the platform reports its own cost, that is what the budget counts
+    assert for_platform(priced, Capabilities(cost_usd=True)).hourly_cost_usd is None
+    assert for_platform(priced, Capabilities()).hourly_cost_usd == 3.0
     assert unsupported(Guards(max_runtime=60), Capabilities(), "P") is None
     assert Guards.model_validate(guards.model_dump(mode="json")) == guards  # trigger kwargs round trip
 

@@ -85,6 +85,7 @@ def test_running_job_reads_progress_metrics_and_checkpoint_location():
     }
     assert job.cost.billable_seconds == 1200
     assert job.created_at == datetime(2025, 3, 1, 10, tzinfo=UTC)
+    assert job.started_at == datetime(2025, 3, 1, 10, 1, tzinfo=UTC)  # the Running transition
 
 
 @pytest.mark.parametrize(
