@@ -40,10 +40,11 @@ bench: $(STAMP)
 	$(BIN)/python scripts/bench_triggers.py --sizes 1000,5000,10000 --interval 1,1,30 --window 20 \
 		--plot docs/images/trigger-cpu-per-poll.png
 
-# The fast tier: pure logic and in-process runs against the local platform (under a minute).
+# The fast tier: pure logic and in-process runs against the local platform (under a minute);
+# in-process runs that train for many seconds are marked `slow` and left to `make test`.
 fast: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 tests/unit tests/inprocess
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 -m "not slow" tests/unit tests/inprocess
 
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

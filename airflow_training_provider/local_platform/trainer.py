@@ -157,7 +157,9 @@ def _save_checkpoint(ckpt_dir: str, state: dict[str, Any]) -> tuple[str, int]:
 
     os.makedirs(ckpt_dir, exist_ok=True)
     path = os.path.abspath(os.path.join(ckpt_dir, f"{state['checkpoint_id']}.joblib"))
-    tmp = path + ".tmp"
+    # jobs may share a checkpoint location (mapped tasks whose output path omits the map index):
+    # each writes its own temporary file and the last rename wins, as a put to an object store does
+    tmp = f"{path}.{os.getpid()}.tmp"
     joblib.dump(state, tmp)
     os.replace(tmp, path)
     return path, os.path.getsize(path)

@@ -240,26 +240,44 @@ class AirflowStack:
         body = {"logical_date": None, "conf": conf or {}}
         return self.call("POST", f"/dags/{dag_id}/dagRuns", json=body)["dag_run_id"]
 
-    def ti(self, dag_id: str, run_id: str, task_id: str) -> dict:
-        return self.call("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}")
+    @staticmethod
+    def _ti_path(dag_id: str, run_id: str, task_id: str, map_index: int | None) -> str:
+        """A task instance's REST path; a mapped one is addressed by its map index."""
+        path = f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}"
+        return path if map_index is None else f"{path}/{map_index}"
+
+    def ti(self, dag_id: str, run_id: str, task_id: str, map_index: int | None = None) -> dict:
+        return self.call("GET", self._ti_path(dag_id, run_id, task_id, map_index))
 
     def ti_state(self, dag_id: str, run_id: str, task_id: str) -> str | None:
         return self.ti(dag_id, run_id, task_id)["state"]
 
     def wait_ti(
-        self, dag_id: str, run_id: str, task_id: str, states: set[str], timeout: float = 120.0
+        self,
+        dag_id: str,
+        run_id: str,
+        task_id: str,
+        states: set[str],
+        timeout: float = 120.0,
+        map_index: int | None = None,
     ) -> dict:
         deadline = time.monotonic() + timeout
         ti: dict = {}
         while time.monotonic() < deadline:
-            ti = self.ti(dag_id, run_id, task_id)
+            ti = self.ti(dag_id, run_id, task_id, map_index)
             if ti["state"] in states:
                 return ti
             time.sleep(0.5)
         raise AssertionError(f"{dag_id}/{run_id}/{task_id} never reached {states}: {ti.get('state')}")
 
     def wait_trigger_running(
-        self, dag_id: str, run_id: str, task_id: str, timeout: float = 60.0, settle: float = 1.5
+        self,
+        dag_id: str,
+        run_id: str,
+        task_id: str,
+        timeout: float = 60.0,
+        settle: float = 1.5,
+        map_index: int | None = None,
     ) -> dict:
         """Wait until the deferred task's trigger is claimed by a triggerer, then ``settle`` seconds
         for the triggerer to start it. A task failed before that has no trigger running: nothing of
@@ -267,17 +285,17 @@ class AirflowStack:
         deadline = time.monotonic() + timeout
         ti: dict = {}
         while time.monotonic() < deadline:
-            ti = self.ti(dag_id, run_id, task_id)
+            ti = self.ti(dag_id, run_id, task_id, map_index)
             if ti["state"] == "deferred" and (ti.get("trigger") or {}).get("triggerer_id") is not None:
                 time.sleep(settle)
                 return ti
             time.sleep(0.3)
         raise AssertionError(f"{dag_id}/{run_id}/{task_id}: no triggerer took its trigger: {ti}")
 
-    def set_ti_state(self, dag_id: str, run_id: str, task_id: str, state: str) -> None:
-        self.call(
-            "PATCH", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}", json={"new_state": state}
-        )
+    def set_ti_state(
+        self, dag_id: str, run_id: str, task_id: str, state: str, map_index: int | None = None
+    ) -> None:
+        self.call("PATCH", self._ti_path(dag_id, run_id, task_id, map_index), json={"new_state": state})
 
     def clear_ti(self, dag_id: str, run_id: str, task_id: str) -> None:
         self.call(

@@ -58,6 +58,7 @@ def cancelled_outside(control):
     return job_id
 
 
+@pytest.mark.slow
 def test_a_job_that_ends_just_before_the_deadline_succeeds(control):
     # the deadline falls between two polls (poll_interval 30 s): it is read at the deadline, not cancelled
     op = submit("tensorone", tensorone_spec(epochs=1), deferrable=True, poll_interval=30,

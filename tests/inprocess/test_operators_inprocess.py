@@ -135,6 +135,7 @@ def test_sagemaker_create_throttled_three_times_makes_exactly_one_job(control):
     assert [j["job_id"] for j in jobs] == [result["id"]] and result["state"] == "succeeded"
 
 
+@pytest.mark.slow
 def test_sagemaker_max_runtime_stops_the_job_and_fails_the_task(control):
     spec = sagemaker_spec(epochs=300)
     spec["StoppingCondition"] = {"MaxRuntimeInSeconds": 6}  # past the trainer's start, even on a busy machine

@@ -1,4 +1,4 @@
-"""K1–K20 on a real Airflow 3.3 stack, for every platform a scenario applies to, judged by the
+"""K1–K21 on a real Airflow 3.3 stack, for every platform a scenario applies to, judged by the
 platform's own records (submits, cancel requests, states, checkpoint files).
 
 The scenarios (``airflow_training_provider.testing.killpaths.scenarios``) run once per session in
@@ -14,7 +14,8 @@ import pytest
 
 from airflow_training_provider.local_platform.control import LocalPlatformControl
 from airflow_training_provider.testing.killpaths import Outcome, pairs
-from airflow_training_provider.testing.killpaths.flavors import flavor_of
+from airflow_training_provider.testing.killpaths.flavors import GUARD_RULE, flavor_of
+from airflow_training_provider.testing.killpaths.scenarios import loss_plateau
 
 # The first test's setup runs every selected scenario (see conftest.outcomes): give it the time.
 # They share one stack: under pytest-xdist (--dist loadgroup) one worker runs them all.
@@ -121,6 +122,31 @@ def test_k7_triggerer_restart_never_cancels(outcome):
     assert outcome.jobs[0]["state"] == "succeeded" and outcome.ti_state == "success"
 
 
+@scenario("k7b_guards_across_triggerer_restart")
+def test_k7b_early_stopping_is_judged_across_a_triggerer_restart(outcome):
+    notes, patience = outcome.notes, GUARD_RULE["patience"]
+    best_epoch, best_at, since = notes["plateau_at_stop"]
+    assert 2 <= since < patience, (
+        f"the triggerers went down {since} epochs after the best (need 2..{patience - 1})"
+    )
+    assert best_at < notes["stopped_at"], "the best epoch was reported before the triggerers went down"
+    assert outcome.ti_state == "success" and outcome.submits == 1
+    job = assert_cancelled_once_keeping_checkpoints(outcome)
+    (cancel,) = outcome.cancels
+    assert cancel["received_at"] > notes["restarted_at"], "the restarted trigger stopped the job"
+    if flavor_of(job).cancel_reason:
+        assert cancel["reason"].startswith("Airflow guard: early stopping: validation_loss"), cancel
+    guard = notes["result"]["guard"]
+    assert guard["guard"] == "early_stopping" and guard["succeed"], guard
+    # judged on the platform's own per-epoch record up to the epoch the guard read: the best epoch
+    # from before the restart, and exactly `patience` epochs without an improvement after it
+    # (a poll every second, an epoch every 0.6 s: the guard reads the history at most 2 epochs late)
+    seen = [h for h in notes["history"] if h[0] <= guard["epoch"]]
+    best, _, since = loss_plateau(seen, GUARD_RULE["min_delta"])
+    assert best == guard["best_epoch"] == best_epoch, "the best epoch from before the restart was kept"
+    assert patience <= since <= patience + 2, (guard, seen)
+
+
 @scenario("k8_triggerer_reassignment")
 def test_k8_reassigned_trigger_is_not_cancelled(outcome):
     assert outcome.notes["taken_by"] != outcome.notes["owner_job"]
@@ -224,6 +250,19 @@ def test_k19_platform_auto_cancel_fails_task_with_the_event(outcome):
     failure = outcome.notes["log"].split("was cancelled outside Airflow", 1)[1][:500]
     reasons = [e["message"] for e in outcome.jobs[0]["events"] if e.get("level") == "error"]
     assert reasons and reasons[-1][:60] in failure
+
+
+@scenario("k21_kill_one_mapped")
+def test_k21_killing_one_mapped_task_instance_cancels_only_its_own_job(outcome):
+    by_index = outcome.notes["by_index"]
+    assert sorted(by_index) == [0, 1, 2] and outcome.submits == 3, "one job per mapped task instance"
+    assert len({job["job_id"] for job in by_index.values()}) == 3
+    assert_cancelled_once_keeping_checkpoints(outcome, by_index[1])
+    assert outcome.ti_state == "failed"
+    for index in (0, 2):  # the siblings: untouched, still training, still deferred
+        assert by_index[index]["state"] == "running", by_index[index]["state"]
+        assert LocalPlatformControl.accepted_cancels(by_index[index]) == []
+    assert outcome.notes["sibling_states"] == {0: "deferred", 2: "deferred"}
 
 
 @scenario("k20_events_across_triggerer_restart")

@@ -22,14 +22,24 @@ MODELARTS_ACCESS_KEY = "HWKILLPATHSAK"
 MODELARTS_PROJECT_ID = "kpproject0001"
 
 
-def tensorone_spec(epochs: int, seconds_per_epoch: float, fail: bool = False, **extra: Any) -> dict:
+def tensorone_spec(
+    epochs: int,
+    seconds_per_epoch: float,
+    fail: bool = False,
+    learning_rate: float | None = None,
+    **extra: Any,
+) -> dict:
     training = {"epochs": epochs, "seconds_per_epoch": seconds_per_epoch}
+    if learning_rate is not None:
+        training["learning_rate"] = learning_rate
     if fail:  # the trainer refuses it after start: the job fails on the platform
         training["learning_rate"] = -0.5
     return {"name": "kp-{{ dag.dag_id }}", "datasetId": "digits", "config": {"training": training}, **extra}
 
 
-def together_spec(epochs: int, seconds_per_epoch: float, fail: bool = False, **extra: Any) -> dict:
+def together_spec(
+    epochs: int, seconds_per_epoch: float, fail: bool = False, learning_rate: float = 0.001, **extra: Any
+) -> dict:
     local: dict = {"seconds_per_epoch": seconds_per_epoch}
     if fail:  # Together refuses a bad learning rate before submit: have the trainer fail instead
         local["fail_with"] = "CUDA error: an illegal memory access was encountered (learning_rate diverged)"
@@ -38,15 +48,23 @@ def together_spec(epochs: int, seconds_per_epoch: float, fail: bool = False, **e
         "training_file": "file-digits",
         "n_epochs": epochs,
         "n_checkpoints": epochs,
-        "learning_rate": 0.001,
+        "learning_rate": learning_rate,
         "suffix": "kp",
         "x_local": local,
         **extra,
     }
 
 
-def sagemaker_spec(epochs: int, seconds_per_epoch: float, fail: bool = False, **extra: Any) -> dict:
+def sagemaker_spec(
+    epochs: int,
+    seconds_per_epoch: float,
+    fail: bool = False,
+    learning_rate: float | None = None,
+    **extra: Any,
+) -> dict:
     hyper = {"epochs": str(epochs), "seconds_per_epoch": str(seconds_per_epoch)}
+    if learning_rate is not None:
+        hyper["learning_rate"] = str(learning_rate)
     if fail:
         hyper["fail_with"] = "CUDA error: an illegal memory access was encountered (learning_rate diverged)"
     return {
@@ -69,11 +87,19 @@ def sagemaker_spec(epochs: int, seconds_per_epoch: float, fail: bool = False, **
     }
 
 
-def pai_spec(epochs: int, seconds_per_epoch: float, fail: bool = False, **extra: Any) -> dict:
+def pai_spec(
+    epochs: int,
+    seconds_per_epoch: float,
+    fail: bool = False,
+    learning_rate: float | None = None,
+    **extra: Any,
+) -> dict:
     hyper = [
         {"Name": "epochs", "Value": str(epochs)},
         {"Name": "seconds_per_epoch", "Value": str(seconds_per_epoch)},
     ]
+    if learning_rate is not None:
+        hyper.append({"Name": "learning_rate", "Value": str(learning_rate)})
     if fail:
         hyper.append(
             {
@@ -96,11 +122,19 @@ def pai_spec(epochs: int, seconds_per_epoch: float, fail: bool = False, **extra:
     }
 
 
-def modelarts_spec(epochs: int, seconds_per_epoch: float, fail: bool = False, **extra: Any) -> dict:
+def modelarts_spec(
+    epochs: int,
+    seconds_per_epoch: float,
+    fail: bool = False,
+    learning_rate: float | None = None,
+    **extra: Any,
+) -> dict:
     parameters = [
         {"name": "epochs", "value": str(epochs)},
         {"name": "seconds_per_epoch", "value": str(seconds_per_epoch)},
     ]
+    if learning_rate is not None:
+        parameters.append({"name": "learning_rate", "value": str(learning_rate)})
     if fail:
         parameters.append(
             {
@@ -141,11 +175,15 @@ class Flavor:
     :ivar jobs_path: REST collection of its jobs (fault rules match its polls and cancels under it).
     :ivar final_checkpoint: its cancel can ask for a final checkpoint.
     :ivar cancel_reason: its cancel carries the reason Airflow gives (recorded by the platform).
-    :ivar spec: ``spec(epochs, seconds_per_epoch, fail=False, **extra)``: a create body for a job
-        paced at ``seconds_per_epoch`` (``fail``: one that fails on the platform soon after start).
+    :ivar spec: ``spec(epochs, seconds_per_epoch, fail=False, learning_rate=None, **extra)``: a
+        create body for a job paced at ``seconds_per_epoch`` (``fail``: one that fails on the
+        platform soon after start).
     :ivar auto_cancel_spec: a job the platform cancels by itself, explaining why in its events
         (K19); ``None`` if the platform has no such thing.
     :ivar events: the platform streams events into the task log (K20).
+    :ivar guard_spec: a long job whose per-epoch validation loss the platform reports while it
+        runs, for early stopping across a triggerer restart (K7b); ``None`` where the platform
+        reports no per-epoch metrics.
     :ivar engine_platform: the local platform's name for its jobs, when not ``name``.
     """
 
@@ -157,6 +195,7 @@ class Flavor:
     cancel_reason: bool = True
     auto_cancel_spec: dict | None = None
     events: bool = False
+    guard_spec: dict | None = None
     engine_platform: str | None = None
 
     @property
@@ -243,7 +282,20 @@ class ModelArtsFlavor(Flavor):
         return {"method": "POST", "path_prefix": f"{self.jobs_path}/{job_id}/actions"}
 
 
-TENSORONE = Flavor("tensorone", "", "/v2/training/jobs", final_checkpoint=True, spec=tensorone_spec)
+GUARD_PACE = {"epochs": 200, "seconds_per_epoch": 0.6, "learning_rate": 0.01}
+GUARD_RULE = {"metric": "validation_loss", "mode": "min", "patience": 40, "min_delta": 0.05}
+"""K7b's early stopping. At a learning rate of 0.01 the digits MLP's validation loss bottoms out
+within ~5 epochs (about 0.11) and never improves by 0.05 again, so the best epoch comes before the
+triggerer restart; a patience of 40 epochs (24 s) leaves room to restart the triggerers in between
+on every platform (their jobs start at different times: Together's queue holds its job longer)."""
+TENSORONE = Flavor(
+    "tensorone",
+    "",
+    "/v2/training/jobs",
+    final_checkpoint=True,
+    spec=tensorone_spec,
+    guard_spec=tensorone_spec(**GUARD_PACE),
+)
 TOGETHER = Flavor(
     "together",
     "_together",
@@ -253,6 +305,7 @@ TOGETHER = Flavor(
     cancel_reason=False,
     auto_cancel_spec=together_spec(epochs=20, seconds_per_epoch=0.5, wandb_key="not-forty-characters"),
     events=True,
+    guard_spec=together_spec(**GUARD_PACE, n_evals=GUARD_PACE["epochs"]),  # an evaluation per epoch
 )
 SAGEMAKER = AwsJsonFlavor(
     "aws",
@@ -272,6 +325,7 @@ PAI = PaiFlavor(
     spec=pai_spec,
     cancel_reason=False,
     events=True,
+    guard_spec=pai_spec(**GUARD_PACE),
 )
 MODELARTS = ModelArtsFlavor(
     "modelarts",

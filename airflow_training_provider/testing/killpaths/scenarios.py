@@ -1,4 +1,4 @@
-"""Kill-path scenarios K1–K20 on a real Airflow stack, for every platform (:mod:`.flavors`).
+"""Kill-path scenarios K1–K21 on a real Airflow stack, for every platform (:mod:`.flavors`).
 
 Each scenario drives Airflow through its REST API (or signals its processes), then reads the
 platform's own job records (``/_local/jobs``: submits, cancel requests, states, checkpoint files)
@@ -25,7 +25,7 @@ from typing import Any
 import requests
 
 from airflow_training_provider.local_platform.control import LocalPlatformControl
-from airflow_training_provider.testing.killpaths.flavors import FLAVORS, Flavor, flavor_of
+from airflow_training_provider.testing.killpaths.flavors import FLAVORS, GUARD_RULE, Flavor, flavor_of
 from airflow_training_provider.testing.stack import AirflowStack
 
 
@@ -565,6 +565,67 @@ def k7_triggerer_restart(stack, platform, flavors: list[Flavor]) -> dict[str, Ou
     }
 
 
+def eval_history(job: dict) -> list[tuple[int, float, float]]:
+    """``(epoch, validation loss, platform time)`` of each evaluated epoch in the platform's record."""
+    return [(h["epoch"], h["loss"], h["at"]) for h in job["metric_history"] if h["kind"] == "eval"]
+
+
+def loss_plateau(history: list[tuple[int, float, float]], min_delta: float) -> tuple[int, float, int]:
+    """``(best epoch, its time, epochs since)``: the last epoch that lowered the loss by more than
+    ``min_delta`` and how many epochs have passed since (the rule K7b's guard applies, recomputed
+    here from the platform's record)."""
+    best: tuple[int, float, float] | None = None
+    since = 0
+    for epoch, loss, at in history:
+        if best is None or loss < best[1] - min_delta:
+            best, since = (epoch, loss, at), 0
+        else:
+            since += 1
+    return (best[0], best[2], since) if best else (0, 0.0, 0)
+
+
+def k7b_guards_across_triggerer_restart(stack, platform, flavors: list[Flavor]) -> dict[str, Outcome]:
+    """Early stopping across a triggerer restart: the triggerers go down once the job has passed
+    its best epoch (the loss no longer improving, patience not yet spent) and come back; the
+    restarted trigger must stop the job exactly ``patience`` epochs after that best epoch — judged
+    from the metric history re-read from the platform, as nothing of the old trigger survives."""
+    dag_of = {f.name: f.dag("kp_guarded") for f in flavors}
+    runs = {n: (dag, *_start_deferred(stack, platform, dag)) for n, dag in dag_of.items()}
+    deadline = time.monotonic() + 120
+    while True:  # down once every job is 2+ epochs past its best, with patience left
+        plateaus = {n: loss_plateau(eval_history(platform.job(job["job_id"])), GUARD_RULE["min_delta"])
+                    for n, (_, _, job) in runs.items()}  # fmt: skip
+        if all(since >= 2 for _, _, since in plateaus.values()) or time.monotonic() > deadline:
+            break
+        time.sleep(0.3)
+    _progress(
+        f"k7b: triggerers down at (best epoch, epochs since) { ({n: p[::2] for n, p in plateaus.items()}) }"
+    )
+    stopped_at = time.time()
+    names = _stop_triggerers(stack)
+    time.sleep(2)
+    restarted_at = time.time()
+    for name in names:
+        stack.start_triggerer(name)
+    outcomes = {}
+    for name, (dag, run_id, job) in runs.items():
+        ti = stack.wait_ti(dag, run_id, "train", {"success", "failed"}, timeout=180)
+        outcomes[name] = _finish(
+            stack,
+            platform,
+            "K7b early stopping across a triggerer restart",
+            dag,
+            run_id,
+            expect_cancel=True,
+            stopped_at=stopped_at,
+            restarted_at=restarted_at,
+            plateau_at_stop=plateaus[name],
+            result=_xcom(stack, dag, run_id, "return_value") if ti["state"] == "success" else None,
+            history=eval_history(platform.wait_job(job["job_id"], {"cancelled", "succeeded", "failed"})),
+        )
+    return outcomes
+
+
 def _wait_triggerer_job(stack, dag, run_id, predicate, timeout: float = 60) -> int | None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -725,6 +786,45 @@ def k20_events_across_triggerer_restart(stack, platform, flavors: list[Flavor]) 
     return outcomes
 
 
+def k21_kill_one_mapped(stack, platform, flavor: Flavor) -> Outcome:
+    """Three mapped tries of one task, each deferred on its own job; one is marked failed: only its
+    job is cancelled, the other two keep training."""
+    dag = flavor.dag("kp_mapped")
+    run_id = stack.trigger(dag)
+    platform.wait_running(dag, run_id, count=3)
+    for index in range(3):
+        stack.wait_trigger_running(dag, run_id, "train", settle=0, map_index=index)
+    by_index = {_map_index(job): job for job in platform.run_jobs(dag, run_id)}
+    for job in by_index.values():
+        platform.wait_polled(job)
+    t0 = time.time()
+    stack.set_ti_state(dag, run_id, "train", "failed", map_index=1)
+    platform.wait_job(by_index[1]["job_id"], {"cancelled"}, timeout=60)
+    time.sleep(5)  # a wrong cancel of a sibling's job would arrive by now
+    jobs = platform.run_jobs(dag, run_id)
+    outcome = Outcome(
+        "K21 one mapped task instance marked failed",
+        True,
+        jobs,
+        stack.ti(dag, run_id, "train", map_index=1)["state"],
+        _latency(platform.job(by_index[1]["job_id"]), t0),
+        {
+            "expected_submits": 3,
+            "by_index": {i: platform.job(j["job_id"]) for i, j in by_index.items()},
+            "sibling_states": {i: stack.ti(dag, run_id, "train", map_index=i)["state"] for i in (0, 2)},
+        },
+    )
+    stack.set_dag_run_state(dag, run_id, "failed")  # clean up the siblings' jobs
+    for index in (0, 2):
+        platform.wait_job(by_index[index]["job_id"], {"cancelled"}, timeout=60)
+    return outcome
+
+
+def _map_index(job: dict) -> int:
+    """The map index in a job's identity tags (``airflow-map:<n>``)."""
+    return int(next(t for t in job["tags"] if t.startswith("airflow-map:")).split(":", 1)[1])
+
+
 @dataclass(frozen=True)
 class Scenario:
     """A row of the scenario table.
@@ -755,6 +855,7 @@ _TABLE = [
     Scenario(k5_execution_timeout_deferred),
     Scenario(k6_defer_timeout),
     Scenario(k7_triggerer_restart, exclusive=True),
+    Scenario(k7b_guards_across_triggerer_restart, exclusive=True, applies=lambda f: f.guard_spec is not None),
     Scenario(k8_triggerer_reassignment, exclusive=True),
     Scenario(k9_slow_cancel),
     Scenario(k10_sigterm_task),
@@ -769,6 +870,7 @@ _TABLE = [
     Scenario(k18_reaper_when_triggerer_down, exclusive=True),
     Scenario(k19_platform_auto_cancel, applies=lambda f: f.auto_cancel_spec is not None),
     Scenario(k20_events_across_triggerer_restart, exclusive=True, applies=lambda f: f.events),
+    Scenario(k21_kill_one_mapped),
 ]
 SCENARIOS: dict[str, Scenario] = {s.key: s for s in _TABLE}
 """Scenario key (``k1_mark_failed``...) → its row."""

@@ -19,7 +19,7 @@ from airflow.sdk import DAG, AssetAlias
 from airflow_training_provider.operators.reaper import ReapOrphanedTrainingJobsOperator
 from airflow_training_provider.operators.training_job import SubmitTrainingJobOperator
 from airflow_training_provider.sensors.training_job import TrainingJobSensor
-from airflow_training_provider.testing.killpaths.flavors import FLAVORS
+from airflow_training_provider.testing.killpaths.flavors import FLAVORS, GUARD_RULE
 
 START = datetime(2026, 1, 1)
 
@@ -111,6 +111,15 @@ for flavor in FLAVORS.values():
     if flavor.auto_cancel_spec is not None:  # K19: the platform cancels the job by itself
         with dag(f"kp_auto_cancel{sfx}"):
             PidRecordingSubmit(task_id="train", spec=flavor.auto_cancel_spec, **fast_deferred)
+
+    with dag(f"kp_mapped{sfx}"):  # K21: three mapped tries, each on its own job
+        PidRecordingSubmit.partial(task_id="train", **deferred).expand(spec=[LONG, LONG, LONG])
+
+    if flavor.guard_spec is not None:  # K7b: early stopping judged across a triggerer restart
+        with dag(f"kp_guarded{sfx}"):
+            PidRecordingSubmit(
+                task_id="train", spec=flavor.guard_spec, early_stopping=GUARD_RULE, **fast_deferred
+            )
 
     if flavor.events:  # K20: events streamed across a triggerer restart
         with dag(f"kp_events{sfx}"):
