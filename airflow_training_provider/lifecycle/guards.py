@@ -8,7 +8,7 @@ after a triggerer restart:
   the metrics saved with each checkpoint), re-read from the platform whenever the job reports a
   new epoch: no state of its own to lose;
 * **budget** reads the job's cost (USD) at each poll and the rate two polls imply, and stops the
-  job when the next poll would find it over ``max_cost_usd``; where the platform reports no cost,
+  job when, by the next poll and the stop after it, it would be over ``max_cost_usd``; where the platform reports no cost,
   the cost is the job's training time at the ``hourly_cost_usd`` the user gives;
 * **run time** reads when the job started training (the platform's own timestamp where it gives
   one) and stops it ``max_runtime`` seconds later.
@@ -179,10 +179,12 @@ def _improves(value: float, best: float, rule: EarlyStopping) -> bool:
 
 # -- budget and run time ----------------------------------------------------------------------------
 def over_budget(max_cost_usd: float, cost: float, rate_usd_per_s: float | None, interval: float) -> bool:
-    """Whether a job that costs ``cost`` USD now, spending ``rate_usd_per_s``, would be over
-    ``max_cost_usd`` by the next poll ``interval`` seconds from now (or already is)."""
+    """Whether a job that costs ``cost`` USD now, spending ``rate_usd_per_s``, must be stopped now to
+    stay within ``max_cost_usd`` (or already is over it): it would be over by the next poll
+    ``interval`` seconds from now plus one more ``interval`` for the stop itself (the platform
+    charges until the trainer has saved its final checkpoint and exited)."""
     return cost >= max_cost_usd or (
-        rate_usd_per_s is not None and cost + rate_usd_per_s * interval > max_cost_usd
+        rate_usd_per_s is not None and cost + rate_usd_per_s * 2 * interval > max_cost_usd
     )
 
 
@@ -262,7 +264,7 @@ class GuardWatch:
                             else ""
                         )
                         + (f" and spends ${rate * 3600:.4f}/h" if rate else "")
-                        + f"; the next poll would exceed ${guards.max_cost_usd:.4f}"
+                        + f"; by the next poll and the stop it would exceed ${guards.max_cost_usd:.4f}"
                     ),
                     epoch=job.progress.epoch,
                     cost_usd=cost,

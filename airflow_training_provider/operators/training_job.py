@@ -85,8 +85,9 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
         for ``patience`` epochs; the task succeeds, its return value's ``guard`` naming the best
         epoch's checkpoint. Platforms that report per-epoch metrics while a job runs
         (``Capabilities.metric_history``); elsewhere the task fails before submitting.
-    :param max_cost_usd: stop the job before the next poll would find it over this cost (USD; the
-        platform's cost and the rate it implies). On platforms that report no cost
+    :param max_cost_usd: stop the job in time for it to end under this cost (USD): when its cost by
+        the next poll, plus one more poll interval for the stop, would pass it (the platform's cost
+        and the rate it implies). On platforms that report no cost
         (``Capabilities.cost_usd`` false: SageMaker, PAI, ModelArts) give ``hourly_cost_usd`` too;
         without it the task fails before submitting.
     :param hourly_cost_usd: the job's price per hour of training (USD, all its instances together)

@@ -72,11 +72,11 @@ def test_early_stopping_reads_the_last_value_of_each_epoch_and_skips_points_with
     assert stop is not None and (stop.best_epoch, stop.epoch, stop.metric_value) == (1.0, 2.0, 1.2)
 
 
-def test_the_budget_stops_before_the_next_poll_would_exceed_it():
+def test_the_budget_stops_before_the_next_poll_and_the_stop_would_exceed_it():
     assert not over_budget(1.0, 0.5, None, 30)  # no rate yet: only a cost over the cap stops
     assert over_budget(1.0, 1.0, None, 30)
-    assert not over_budget(1.0, 0.5, 0.01, 30)  # 0.5 + 0.3 = 0.8
-    assert over_budget(1.0, 0.8, 0.01, 30)  # 0.8 + 0.3 = 1.1 > 1.0
+    assert not over_budget(1.0, 0.3, 0.01, 30)  # 0.3 + 0.3 (to the next poll) + 0.3 (the stop) = 0.9
+    assert over_budget(1.0, 0.5, 0.01, 30)  # 0.5 + 0.3 + 0.3 = 1.1 > 1.0
 
 
 def job(epoch=1, cost=0.1, state=JobState.RUNNING) -> TrainingJob:
@@ -89,11 +89,11 @@ def test_the_watch_measures_the_spending_rate_between_polls_and_the_run_time_fro
     watch = GuardWatch(Guards(max_cost_usd=1.0, on_budget="succeed"), clock)
     assert watch.check(job(cost=0.40), 30, None) is None  # no rate yet
     clock.now += 30
-    assert watch.check(job(cost=0.60), 30, None) is None  # 0.60 + 0.20 = 0.80
+    assert watch.check(job(cost=0.55), 30, None) is None  # 0.55 + 2 x 0.15 = 0.85
     clock.now += 30
-    stop = watch.check(job(cost=0.85), 30, None)  # 0.85 + 0.25 > 1.0
+    stop = watch.check(job(cost=0.85), 30, None)  # 0.85 + 2 x 0.30 > 1.0
     assert stop is not None and stop.guard == "max_cost_usd" and stop.succeed and stop.cost_usd == 0.85
-    assert "$0.8500" in stop.reason and "$30.0000/h" in stop.reason
+    assert "$0.8500" in stop.reason and "$36.0000/h" in stop.reason
 
     timed = GuardWatch(Guards(max_runtime=timedelta(minutes=5)), clock)
     assert timed.needs_start(job()) and not timed.needs_start(job(state=JobState.QUEUED))
@@ -111,13 +111,13 @@ def test_without_a_platform_cost_the_budget_counts_training_time_at_the_hourly_p
     assert not watch.needs_start(job(cost=None, state=JobState.QUEUED))
     assert watch.needs_start(unpriced)
     watch.note_start(unpriced)  # no platform timestamp: from now
-    assert watch.check(unpriced, 10, None) is None  # $0 now, $0.10 by the next poll
-    clock.now += 35
-    assert watch.check(unpriced, 10, None) is None  # $0.35 + $0.10 = $0.45
+    assert watch.check(unpriced, 10, None) is None  # $0 now, $0.10 by the next poll, $0.20 stopped
+    clock.now += 25
+    assert watch.check(unpriced, 10, None) is None  # $0.25 + $0.10 + $0.10 = $0.45
     clock.now += 6
-    stop = watch.check(unpriced, 10, None)  # $0.41 + $0.10 > $0.50: before the next poll exceeds it
-    assert stop.guard == "max_cost_usd" and stop.cost_usd == pytest.approx(0.41)
-    assert "41 s of training at hourly_cost_usd" in stop.reason and "$36.0000/h" in stop.reason
+    stop = watch.check(unpriced, 10, None)  # $0.31 + $0.20 > $0.50: stop now to stay within it
+    assert stop.guard == "max_cost_usd" and stop.cost_usd == pytest.approx(0.31)
+    assert "31 s of training at hourly_cost_usd" in stop.reason and "$36.0000/h" in stop.reason
 
 
 def test_guards_are_checked_when_the_dag_is_parsed_and_against_the_platform_before_submit():
