@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test fast lint clean postgres browser ui bench
+.PHONY: demo test fast lint clean postgres redis browser ui bench
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -20,12 +20,17 @@ postgres:
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null)
 
+# The kill paths on the CeleryExecutor use Redis as the broker: Debian's server.
+redis:
+	@command -v redis-server >/dev/null 2>&1 || \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null)
+
 # The UI test drives Debian's headless Chromium (Playwright from PyPI never downloads a browser here).
 browser:
 	@command -v chromium-headless-shell >/dev/null 2>&1 || command -v chromium >/dev/null 2>&1 || \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium-headless-shell >/dev/null)
 
-test: $(STAMP) postgres browser
+test: $(STAMP) postgres redis browser
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15
 

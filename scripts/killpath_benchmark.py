@@ -10,13 +10,15 @@ request reaching the platform — median and max over the runs. Starts and stops
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from airflow_training_provider.testing.killpaths import FLAVORS, KillPathEnv, pairs, run_scenarios
+from airflow_training_provider.testing.killpaths import KillPathEnv, pairs, run_scenarios
+from airflow_training_provider.testing.killpaths.flavors import ALL_FLAVORS
 
 
 def main() -> int:
@@ -24,7 +26,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--only", default="", help="comma-separated scenario prefixes, e.g. k1,k10")
     parser.add_argument(
-        "--platforms", default=",".join(FLAVORS), help=f"comma-separated, of {','.join(FLAVORS)}"
+        "--platforms", default=",".join(ALL_FLAVORS), help=f"comma-separated, of {','.join(ALL_FLAVORS)}"
     )
     args = parser.parse_args()
     prefixes = tuple(w.strip() + "_" for w in args.only.split(",") if w.strip())
@@ -53,7 +55,7 @@ def main() -> int:
               "latency median s", "latency max s", "ok runs")  # fmt: skip
     print("\n| " + " | ".join(header) + " |\n|" + "---|" * len(header))
     for (name, flavor), results in sorted(
-        runs.items(), key=lambda kv: (int(kv[0][0][1:].split("_")[0].rstrip("b")), kv[0])
+        runs.items(), key=lambda kv: (int(re.match(r"k(\d+)", kv[0][0]).group(1)), kv[0])
     ):
         ok = [r for r in results if not isinstance(r, BaseException)]
         if not ok:

@@ -6,7 +6,8 @@
 format and error rendering, and a control app with local-only endpoints (no auth):
 
 * ``GET /_local/health`` → ``{"status": "ok"}``
-* ``GET /_local/jobs`` → ``{"jobs": [full engine records]}`` (state history, cancel_requests with
+* ``GET /_local/jobs[?tag=...&tag=...&platform=...]`` → ``{"jobs": [full engine records]}`` (those
+  carrying every ``tag``, of ``platform``) (state history, cancel_requests with
   ``received_at``, submit time, checkpoint files, events, pids, …: for tests and benchmarks)
 * ``GET /_local/jobs/{job_id}`` → one full record (404 if unknown)
 * ``POST /_local/jobs/{job_id}/cancel`` → "the console": a person cancels the job outside Airflow,
@@ -23,9 +24,9 @@ it ends. ``app.state`` (on the control app, and the returned app's ``state``) ho
 from __future__ import annotations
 
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Query
 
 from airflow_training_provider.local_platform.dispatch import PlatformDispatcher
 from airflow_training_provider.local_platform.engine import JobNotFound, StateConflict, TrainingEngine
@@ -70,8 +71,10 @@ def _control_app(engine: TrainingEngine, settings: CommonSettings, faults: Fault
         return settings.shown()
 
     @app.get("/_local/jobs")
-    def all_jobs() -> dict[str, Any]:
-        return {"jobs": engine.list()}
+    def all_jobs(
+        tag: Annotated[list[str] | None, Query()] = None, platform: str | None = None
+    ) -> dict[str, Any]:
+        return {"jobs": engine.list(platform=platform, tags=tag or ())}
 
     @app.get("/_local/jobs/{job_id}")
     def one_job(job_id: str) -> dict[str, Any]:

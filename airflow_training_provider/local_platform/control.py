@@ -34,13 +34,12 @@ class LocalPlatformControl:
         self, tags: Iterable[str] = (), platform: str | None = None, name: str | None = None
     ) -> list[dict]:
         """Full job records, oldest first, carrying every one of ``tags`` (and of ``platform``/``name``)."""
-        wanted = set(tags)
+        params: dict[str, Any] = {"tag": list(tags)}
+        if platform is not None:
+            params["platform"] = platform
+        found = self._call("GET", "/jobs", params=params)["jobs"]  # filtered by the server
         return [
-            job
-            for job in sorted(self._call("GET", "/jobs")["jobs"], key=lambda j: j["created_at"])
-            if wanted <= set(job["tags"])
-            and (platform is None or job["platform"] == platform)
-            and (name is None or job["name"] == name)
+            job for job in sorted(found, key=lambda j: j["created_at"]) if name is None or job["name"] == name
         ]
 
     def job(self, job_id: str) -> dict:

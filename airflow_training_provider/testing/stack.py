@@ -181,6 +181,21 @@ class AirflowStack:
     def start_triggerer(self, name: str = "triggerer-0") -> Component:
         return self.start_component(name, "triggerer")
 
+    def start_celery_worker(self, name: str = "celery-worker-0") -> Component:
+        """A Celery worker (the stack's ``extra_env`` must configure the CeleryExecutor), named
+        ``<name>@<host>`` so that two on one machine are two workers to Celery. It serves no logs:
+        the API server reads the task logs from this machine's disk (a log server would listen on
+        every interface, and two would want one port)."""
+        return self.start_component(
+            name, "celery", "worker", "--celery-hostname", f"{name}@%h",
+            "--without-mingle", "--without-gossip", "--skip-serve-logs",
+        )  # fmt: skip
+
+    def celery_workers(self) -> list[Component]:
+        return [
+            c for n, c in self.components.items() if n.startswith("celery-worker") and c.proc.poll() is None
+        ]
+
     def stop(self) -> None:
         """SIGTERM every component at once, then wait for each (SIGKILL after a timeout)."""
         signalled = set()
@@ -225,12 +240,20 @@ class AirflowStack:
             raise AssertionError(f"{method} {path} → {response.status_code}: {response.text[:500]}")
         return response.json() if response.text else None
 
+    def dag_ids(self) -> set[str]:
+        """Every DAG the API server knows, page by page (it answers at most 100 per page)."""
+        ids: set[str] = set()
+        while True:
+            page = self.call("GET", "/dags", params={"limit": 100, "offset": len(ids)})
+            ids |= {d["dag_id"] for d in page["dags"]}
+            if not page["dags"] or len(ids) >= page["total_entries"]:
+                return ids
+
     def wait_for_dags(self, dag_ids: list[str], timeout: float = 180.0) -> None:
         deadline = time.monotonic() + timeout
         missing = set(dag_ids)
         while time.monotonic() < deadline:
-            dags = self.call("GET", "/dags", params={"limit": 1000})["dags"]
-            missing = set(dag_ids) - {d["dag_id"] for d in dags}
+            missing = set(dag_ids) - self.dag_ids()
             if not missing:
                 return
             time.sleep(2)

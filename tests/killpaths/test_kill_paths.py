@@ -196,6 +196,14 @@ def test_k13_worker_crash_retry_reattaches(outcome):
     assert outcome.notes["job_state"] == "running"
 
 
+@scenario("k13c_celery_worker_killed")
+def test_k13c_celery_worker_killed_retry_reattaches(outcome):
+    assert outcome.notes["worker"].startswith("celery-worker-"), "the task ran on a Celery worker"
+    assert outcome.submits == 1 and outcome.cancels == [], "the retry submitted a duplicate or cancelled"
+    assert outcome.notes["try_number"] == 2 and outcome.notes["xcom_job"] == outcome.notes["job"]["job_id"]
+    assert outcome.notes["job_state"] == "running"
+
+
 @scenario("k13b_worker_crash_adopt")
 def test_k13b_worker_crash_retry_adopts_finished_job(outcome):
     assert outcome.submits == 1 and outcome.cancels == []

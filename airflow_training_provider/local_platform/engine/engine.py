@@ -222,11 +222,18 @@ class TrainingEngine:
         with self._lock:
             return self._snapshot(self._find(job_id, platform))
 
-    def list(self, platform: str | None = None) -> list[dict[str, Any]]:
-        """Snapshots of all jobs (of ``platform`` if given), oldest first."""
+    def list(self, platform: str | None = None, tags: Iterable[str] = ()) -> list[dict[str, Any]]:
+        """Snapshots of all jobs (of ``platform`` if given, carrying every one of ``tags``), oldest
+        first. Filtered before the snapshots are built: a test harness polls this while hundreds
+        of jobs exist."""
+        wanted = set(tags)
         with self._lock:
             jobs = sorted(self._jobs.values(), key=lambda j: j.created_at)
-            return [self._snapshot(j) for j in jobs if platform is None or j.spec.platform == platform]
+            return [
+                self._snapshot(j)
+                for j in jobs
+                if (platform is None or j.spec.platform == platform) and wanted <= set(j.spec.tags)
+            ]
 
     def cancel(
         self,

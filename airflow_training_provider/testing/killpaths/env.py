@@ -1,5 +1,6 @@
-"""The kill-path stack: PostgreSQL + a local training platform + Airflow with two triggerers,
-started together and stopped together, every process by its PID."""
+"""The kill-path stack: PostgreSQL + Redis + a local training platform + Airflow running both the
+LocalExecutor and the CeleryExecutor (two Celery workers) with two triggerers, started together and
+stopped together, every process by its PID."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from airflow_training_provider.local_platform.server import LocalPlatformServer
 from airflow_training_provider.testing.killpaths.flavors import (
+    ALL_FLAVORS,
     API_KEY,
     AWS_ACCESS_KEY_ID,
     FLAVORS,
@@ -18,6 +20,7 @@ from airflow_training_provider.testing.killpaths.flavors import (
 )
 from airflow_training_provider.testing.killpaths.scenarios import Platform
 from airflow_training_provider.testing.postgres import PostgresServer
+from airflow_training_provider.testing.redis import RedisServer
 from airflow_training_provider.testing.stack import AirflowStack
 
 DAGS = Path(__file__).parent / "dags"
@@ -37,14 +40,17 @@ SHAPES = [
     "kp_outage_retry",
     "kp_fails_fast",
     "kp_reaper",
+    "kp_mapped",
 ]
+CELERY_WORKERS = 2
 
 
 def dag_ids() -> list[str]:
     """Every DAG ``dags/kp_dags.py`` defines."""
-    ids = [f.dag(shape) for shape in SHAPES for f in FLAVORS.values()]
+    ids = [f.dag(shape) for shape in SHAPES for f in ALL_FLAVORS.values() if f.runs(shape)]
     ids += [f.dag("kp_auto_cancel") for f in FLAVORS.values() if f.auto_cancel_spec is not None]
     ids += [f.dag("kp_events") for f in FLAVORS.values() if f.events]
+    ids += [f.dag("kp_guarded") for f in FLAVORS.values() if f.guard_spec is not None]
     return [*ids, "kp_model_producer", "kp_model_consumer"]
 
 
@@ -58,11 +64,28 @@ class KillPathEnv:
     def __init__(self, root: Path, triggerers: int = 2) -> None:
         self.postgres = PostgresServer().start()
         try:
-            self.server, self.stack = self._start(root, triggerers)
+            self.redis = RedisServer().start()
         except BaseException:
             self.postgres.stop()
             raise
+        try:
+            self.server, self.stack = self._start(root, triggerers)
+        except BaseException:
+            self.redis.stop()
+            self.postgres.stop()
+            raise
         self.platform = Platform(self.server.url)
+
+    def celery_env(self) -> dict[str, str]:
+        """Both executors (a task picks one with ``executor=``; the default stays LocalExecutor),
+        Redis as the Celery broker, PostgreSQL as its result backend."""
+        backend = "db+" + self.postgres.dsn  # db+postgresql+psycopg2://...
+        return {
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor,CeleryExecutor",
+            "AIRFLOW__CELERY__BROKER_URL": self.redis.url,
+            "AIRFLOW__CELERY__RESULT_BACKEND": backend,
+            "AIRFLOW__CELERY__WORKER_CONCURRENCY": "8",
+        }
 
     def _start(self, root: Path, triggerers: int) -> tuple[LocalPlatformServer, AirflowStack]:
         server = LocalPlatformServer(
@@ -91,11 +114,16 @@ class KillPathEnv:
         }
         os.environ.update(conns)
         stack = AirflowStack(
-            home=root / "airflow", dags_folder=dags, extra_env=conns, sql_alchemy_conn=self.postgres.dsn
+            home=root / "airflow",
+            dags_folder=dags,
+            extra_env={**conns, **self.celery_env()},
+            sql_alchemy_conn=self.postgres.dsn,
         )
         stack.home.mkdir(parents=True, exist_ok=True)
         try:
             stack.start(triggerers=triggerers)
+            for i in range(CELERY_WORKERS):
+                stack.start_celery_worker(f"celery-worker-{i}")
             stack.wait_for_dags(dag_ids())
         except BaseException:
             stack.stop()
@@ -108,4 +136,5 @@ class KillPathEnv:
             self.stack.stop()
             self.server.stop()
         finally:
+            self.redis.stop()
             self.postgres.stop()

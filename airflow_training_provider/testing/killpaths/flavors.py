@@ -7,6 +7,7 @@ platform, and what its cancel can do. Adding a platform adds a row to :data:`FLA
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -185,6 +186,8 @@ class Flavor:
         runs, for early stopping across a triggerer restart (K7b); ``None`` where the platform
         reports no per-epoch metrics.
     :ivar engine_platform: the local platform's name for its jobs, when not ``name``.
+    :ivar executor: the Airflow executor its DAGs' tasks run on (``LocalExecutor`` or
+        ``CeleryExecutor``; the stack runs both).
     """
 
     name: str
@@ -197,6 +200,26 @@ class Flavor:
     events: bool = False
     guard_spec: dict | None = None
     engine_platform: str | None = None
+    executor: str = "LocalExecutor"
+
+    @property
+    def key(self) -> str:
+        """Its name among the flavors a scenario runs on: the platform, ``-celery`` appended when its
+        tasks run on the CeleryExecutor."""
+        return self.name if self.executor == "LocalExecutor" else f"{self.name}-celery"
+
+    @property
+    def on_celery(self) -> bool:
+        return self.executor == "CeleryExecutor"
+
+    def celery(self) -> Flavor:
+        """The same platform with its tasks on the CeleryExecutor (DAG ids end in ``_celery``)."""
+        return dataclasses.replace(self, suffix=self.suffix + "_celery", executor="CeleryExecutor")
+
+    def runs(self, shape: str) -> bool:
+        """Whether this flavor has a DAG of ``shape`` (``kp_deferred``...): all of them on the
+        LocalExecutor; on Celery those of the cases proven there (:data:`CELERY_SHAPES`)."""
+        return not self.on_celery or shape in CELERY_SHAPES
 
     @property
     def conn_id(self) -> str:
@@ -283,11 +306,12 @@ class ModelArtsFlavor(Flavor):
 
 
 GUARD_PACE = {"epochs": 200, "seconds_per_epoch": 0.6, "learning_rate": 0.01}
-GUARD_RULE = {"metric": "validation_loss", "mode": "min", "patience": 40, "min_delta": 0.05}
+GUARD_RULE = {"metric": "validation_loss", "mode": "min", "patience": 60, "min_delta": 0.05}
 """K7b's early stopping. At a learning rate of 0.01 the digits MLP's validation loss bottoms out
 within ~5 epochs (about 0.11) and never improves by 0.05 again, so the best epoch comes before the
-triggerer restart; a patience of 40 epochs (24 s) leaves room to restart the triggerers in between
-on every platform (their jobs start at different times: Together's queue holds its job longer)."""
+triggerer restart. A patience of 60 epochs (36 s) leaves room for the restart (~20 epochs down)
+after the last platform's job has passed its best: their jobs start at different times (Together's
+queue holds its job longer), so the first is ~20 epochs ahead when the triggerers go down."""
 TENSORONE = Flavor(
     "tensorone",
     "",
@@ -337,6 +361,17 @@ MODELARTS = ModelArtsFlavor(
     events=True,
 )
 FLAVORS: dict[str, Flavor] = {f.name: f for f in (TENSORONE, TOGETHER, SAGEMAKER, PAI, MODELARTS)}
+"""One flavor per platform, its tasks on the LocalExecutor; keyed by platform (connection type)."""
+CELERY_SHAPES = frozenset({
+    "kp_deferred", "kp_exec_timeout_deferred", "kp_medium_deferred", "kp_medium_sensor", "kp_running",
+    "kp_running_exec_timeout", "kp_worker_crash_reattach",
+})  # fmt: skip
+"""The DAG shapes the Celery variants have: K1, K2, K4, K5, K8, K10–K12 and K13."""
+ALL_FLAVORS: dict[str, Flavor] = {
+    **{f.key: f for f in FLAVORS.values()},
+    **{f.celery().key: f.celery() for f in FLAVORS.values()},
+}
+"""Every flavor a scenario can run on, by :attr:`Flavor.key` (``tensorone``, ``tensorone-celery``...)."""
 
 
 def flavor_of(job: dict) -> Flavor:

@@ -25,7 +25,7 @@ from typing import Any
 import requests
 
 from airflow_training_provider.local_platform.control import LocalPlatformControl
-from airflow_training_provider.testing.killpaths.flavors import FLAVORS, GUARD_RULE, Flavor, flavor_of
+from airflow_training_provider.testing.killpaths.flavors import ALL_FLAVORS, GUARD_RULE, Flavor, flavor_of
 from airflow_training_provider.testing.stack import AirflowStack
 
 
@@ -446,6 +446,72 @@ def k13b_worker_crash_adopt(stack, platform, flavor: Flavor) -> Outcome:
     )
 
 
+def _ancestors(pid: int) -> list[int]:
+    """``pid``'s parent, grandparent... up to PID 1 (from ``/proc``)."""
+    chain = []
+    while pid > 1:
+        pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        chain.append(pid)
+    return chain
+
+
+def _kill_celery_workers_of(stack, task_pids: dict[str, int]) -> dict[str, str]:
+    """SIGKILL every Celery worker running one of ``task_pids`` (``{flavor key: task PID}``), with
+    all its processes — its pool, the task supervisors and the tasks: a lost machine. Returns
+    ``{flavor key: worker name}``; raises if a task did not run under a Celery worker."""
+    workers = {c.proc.pid: name for name, c in stack.components.items() if name.startswith("celery-worker")}
+    worker_of = {}
+    for key, pid in task_pids.items():
+        name = next((workers[p] for p in _ancestors(pid) if p in workers), None)
+        if name is None:
+            raise AssertionError(f"the task of {key} (PID {pid}) does not run under a Celery worker")
+        worker_of[key] = name
+    for name in set(worker_of.values()):
+        component = stack.components[name]
+        os.killpg(component.proc.pid, signal.SIGKILL)  # its own session: pool, supervisors
+    for pid in task_pids.values():  # a task process that left the worker's group goes too
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    for name in set(worker_of.values()):
+        stack.components[name].proc.wait(timeout=30)
+    return worker_of
+
+
+def k13c_celery_worker_killed(stack, platform, flavors: list[Flavor]) -> dict[str, Outcome]:
+    """Each flavor's task runs on a Celery worker; the workers running them are SIGKILLed with all
+    their processes (a machine lost) and started again: each task's retry re-attaches to its job."""
+    dag_of = {f.key: f.dag("kp_worker_crash_reattach") for f in flavors}
+    runs = {key: (dag, *_start_running(stack, platform, dag)) for key, dag in dag_of.items()}
+    pids = {key: int(_xcom(stack, dag, run_id, "pid")) for key, (dag, run_id, _) in runs.items()}
+    worker_of = _kill_celery_workers_of(stack, pids)
+    for name in sorted(set(worker_of.values())):
+        stack.start_celery_worker(name)
+    outcomes = {}
+    for key, (dag, run_id, job) in runs.items():
+        ti = _wait_try(stack, dag, run_id, 2, {"running"}, timeout=180)
+        _wait_log(stack, dag, run_id, 2, "Re-attaching to training job")
+        outcomes[key] = _finish(
+            stack,
+            platform,
+            "K13 Celery worker SIGKILL → retry re-attaches",
+            dag,
+            run_id,
+            expect_cancel=False,
+            job=job,
+            worker=worker_of[key],
+            try_number=ti["try_number"],
+            xcom_job=_xcom(stack, dag, run_id, "job_id"),
+            job_state=platform.job(job["job_id"])["state"],
+        )
+    for dag, run_id, _ in runs.values():
+        stack.set_ti_state(dag, run_id, "train", "failed")
+    for _, _, job in runs.values():
+        platform.wait_job(job["job_id"], {"cancelled"}, timeout=60)
+    return outcomes
+
+
 # -- K14–K16: platform faults, outside cancels -------------------------------------------------------
 def k14_flaky_polling(stack, platform, flavor: Flavor) -> Outcome:
     dag = flavor.dag("kp_short_deferred")
@@ -550,7 +616,7 @@ def _stop_triggerers(stack) -> list[str]:
 
 def k7_triggerer_restart(stack, platform, flavors: list[Flavor]) -> dict[str, Outcome]:
     runs = {
-        f.name: (f.dag("kp_short_deferred"), *_start_deferred(stack, platform, f.dag("kp_short_deferred")))
+        f.key: (f.dag("kp_short_deferred"), *_start_deferred(stack, platform, f.dag("kp_short_deferred")))
         for f in flavors
     }
     names = _stop_triggerers(stack)  # every triggerer: graceful SIGTERM, as a deploy would
@@ -589,7 +655,7 @@ def k7b_guards_across_triggerer_restart(stack, platform, flavors: list[Flavor]) 
     its best epoch (the loss no longer improving, patience not yet spent) and come back; the
     restarted trigger must stop the job exactly ``patience`` epochs after that best epoch — judged
     from the metric history re-read from the platform, as nothing of the old trigger survives."""
-    dag_of = {f.name: f.dag("kp_guarded") for f in flavors}
+    dag_of = {f.key: f.dag("kp_guarded") for f in flavors}
     runs = {n: (dag, *_start_deferred(stack, platform, dag)) for n, dag in dag_of.items()}
     deadline = time.monotonic() + 120
     while True:  # down once every job is 2+ epochs past its best, with patience left
@@ -645,7 +711,7 @@ def k8_triggerer_reassignment(stack, platform, flavors: list[Flavor]) -> dict[st
     stack.components["triggerer-1"].stop()  # so the triggers land on triggerer-0
     shapes = {"operator": "kp_medium_deferred", "sensor": "kp_medium_sensor"}
     runs = {
-        (f.name, shape): (f.dag(base), *_start_deferred(stack, platform, f.dag(base)))
+        (f.key, shape): (f.dag(base), *_start_deferred(stack, platform, f.dag(base)))
         for f in flavors
         for shape, base in shapes.items()
     }
@@ -682,8 +748,8 @@ def k8_triggerer_reassignment(stack, platform, flavors: list[Flavor]) -> dict[st
             log=stack.task_log(dag, run_id, "train", ti["try_number"]),
         )
     for f in flavors:
-        outcomes[(f.name, "operator")].notes["sensor"] = outcomes.pop((f.name, "sensor"))
-    return {f.name: outcomes.pop((f.name, "operator")) for f in flavors}
+        outcomes[(f.key, "operator")].notes["sensor"] = outcomes.pop((f.key, "sensor"))
+    return {f.key: outcomes.pop((f.key, "operator")) for f in flavors}
 
 
 def k17_already_failed(stack, platform, flavors: list[Flavor]) -> dict[str, Outcome]:
@@ -691,7 +757,7 @@ def k17_already_failed(stack, platform, flavors: list[Flavor]) -> dict[str, Outc
     for f in flavors:
         ids = [platform.add_fault(**f.poll_rule(), delay_seconds=15, count=1)["id"] for f in flavors]
     try:
-        runs = {f.name: (f.dag("kp_fails_fast"), stack.trigger(f.dag("kp_fails_fast"))) for f in flavors}
+        runs = {f.key: (f.dag("kp_fails_fast"), stack.trigger(f.dag("kp_fails_fast"))) for f in flavors}
         tis = {
             n: stack.wait_ti(dag, run, "train", {"success", "failed"}, timeout=120)
             for n, (dag, run) in runs.items()
@@ -717,7 +783,7 @@ def k17_already_failed(stack, platform, flavors: list[Flavor]) -> dict[str, Outc
 
 def k18_reaper_when_triggerer_down(stack, platform, flavors: list[Flavor]) -> dict[str, Outcome]:
     runs = {
-        f.name: (f, f.dag("kp_deferred"), *_start_deferred(stack, platform, f.dag("kp_deferred")))
+        f.key: (f, f.dag("kp_deferred"), *_start_deferred(stack, platform, f.dag("kp_deferred")))
         for f in flavors
     }
     names = _stop_triggerers(stack)
@@ -760,8 +826,7 @@ def k20_events_across_triggerer_restart(stack, platform, flavors: list[Flavor]) 
     from airflow_training_provider.hooks.training import TrainingPlatformHook
 
     runs = {
-        f.name: (f, f.dag("kp_events"), *_start_deferred(stack, platform, f.dag("kp_events")))
-        for f in flavors
+        f.key: (f, f.dag("kp_events"), *_start_deferred(stack, platform, f.dag("kp_events"))) for f in flavors
     }
     time.sleep(4)  # some events are written before the restart
     names = _stop_triggerers(stack)
@@ -825,6 +890,11 @@ def _map_index(job: dict) -> int:
     return int(next(t for t in job["tags"] if t.startswith("airflow-map:")).split(":", 1)[1])
 
 
+LOCAL = frozenset({"LocalExecutor"})
+BOTH = frozenset({"LocalExecutor", "CeleryExecutor"})
+CELERY = frozenset({"CeleryExecutor"})
+
+
 @dataclass(frozen=True)
 class Scenario:
     """A row of the scenario table.
@@ -833,11 +903,13 @@ class Scenario:
         ``run(stack, platform, flavors) -> {flavor name: Outcome}`` (all its platforms at once).
     :ivar exclusive: it must run alone (it stops triggerers or faults every job of a platform).
     :ivar applies: the platforms it applies to.
+    :ivar executors: the executors it is proven on (its flavors' :attr:`Flavor.executor`).
     """
 
     run: Callable[..., Any]
     exclusive: bool = False
     applies: Callable[[Flavor], bool] = lambda flavor: True
+    executors: frozenset[str] = LOCAL
 
     @property
     def key(self) -> str:
@@ -845,23 +917,24 @@ class Scenario:
 
 
 _TABLE = [
-    Scenario(k1_mark_failed),
-    Scenario(k2_clear),
+    Scenario(k1_mark_failed, executors=BOTH),
+    Scenario(k2_clear, executors=BOTH),
     Scenario(k2b_clear_reattach),
     Scenario(k3_mark_success),
     Scenario(k3b_mark_success_option),
-    Scenario(k4_dag_run_failed),
+    Scenario(k4_dag_run_failed, executors=BOTH),
     Scenario(k4b_dagrun_timeout),
-    Scenario(k5_execution_timeout_deferred),
+    Scenario(k5_execution_timeout_deferred, executors=BOTH),
     Scenario(k6_defer_timeout),
     Scenario(k7_triggerer_restart, exclusive=True),
     Scenario(k7b_guards_across_triggerer_restart, exclusive=True, applies=lambda f: f.guard_spec is not None),
-    Scenario(k8_triggerer_reassignment, exclusive=True),
+    Scenario(k8_triggerer_reassignment, exclusive=True, executors=BOTH),
     Scenario(k9_slow_cancel),
-    Scenario(k10_sigterm_task),
-    Scenario(k11_execution_timeout_running),
-    Scenario(k12_mark_failed_running),
+    Scenario(k10_sigterm_task, executors=BOTH),
+    Scenario(k11_execution_timeout_running, executors=BOTH),
+    Scenario(k12_mark_failed_running, executors=BOTH),
     Scenario(k13_worker_crash_reattach),
+    Scenario(k13c_celery_worker_killed, exclusive=True, executors=CELERY),
     Scenario(k13b_worker_crash_adopt),
     Scenario(k14_flaky_polling),
     Scenario(k15_outage_beyond_budget),
@@ -881,8 +954,11 @@ def pairs(keys: list[str] | None = None, flavors: list[str] | None = None) -> se
     return {
         (key, name)
         for key, scenario in SCENARIOS.items()
-        for name, flavor in FLAVORS.items()
-        if (keys is None or key in keys) and (flavors is None or name in flavors) and scenario.applies(flavor)
+        for name, flavor in ALL_FLAVORS.items()
+        if (keys is None or key in keys)
+        and (flavors is None or name in flavors)
+        and flavor.executor in scenario.executors
+        and scenario.applies(flavor)
     }
 
 
@@ -905,23 +981,25 @@ def run_scenarios(
 
     results: dict[tuple[str, str], Any] = {}
     for key, scenario in SCENARIOS.items():
-        flavors = [FLAVORS[f] for (name, f) in sorted(wanted) if name == key]
-        if not (scenario.exclusive and flavors):
-            continue
-        t0 = time.monotonic()
-        try:
-            for flavor_name, outcome in scenario.run(stack, platform, flavors).items():
-                results[(key, flavor_name)] = outcome
-        except Exception as exc:  # reported by each test of the group
-            results.update({(key, f.name): exc for f in flavors})
-        _progress(f"{key} {[f.name for f in flavors]}: {time.monotonic() - t0:.0f} s")
+        for executor in sorted(scenario.executors):  # one group per executor: their tasks would compete
+            flavors = [ALL_FLAVORS[f] for (name, f) in sorted(wanted) if name == key]
+            flavors = [f for f in flavors if f.executor == executor]
+            if not (scenario.exclusive and flavors):
+                continue
+            t0 = time.monotonic()
+            try:
+                for flavor_key, outcome in scenario.run(stack, platform, flavors).items():
+                    results[(key, flavor_key)] = outcome
+            except Exception as exc:  # reported by each test of the group
+                results.update({(key, f.key): exc for f in flavors})
+            _progress(f"{key} {[f.key for f in flavors]}: {time.monotonic() - t0:.0f} s")
     shared = [(name, f) for (name, f) in sorted(wanted) if not SCENARIOS[name].exclusive]
 
     def run_one(pair):
         name, flavor = pair
         t0 = time.monotonic()
         try:
-            return pair, SCENARIOS[name].run(stack, platform, FLAVORS[flavor])
+            return pair, SCENARIOS[name].run(stack, platform, ALL_FLAVORS[flavor])
         except Exception as exc:
             return pair, exc
         finally:

@@ -19,7 +19,7 @@ from airflow.sdk import DAG, AssetAlias
 from airflow_training_provider.operators.reaper import ReapOrphanedTrainingJobsOperator
 from airflow_training_provider.operators.training_job import SubmitTrainingJobOperator
 from airflow_training_provider.sensors.training_job import TrainingJobSensor
-from airflow_training_provider.testing.killpaths.flavors import FLAVORS, GUARD_RULE
+from airflow_training_provider.testing.killpaths.flavors import ALL_FLAVORS, FLAVORS, GUARD_RULE
 
 START = datetime(2026, 1, 1)
 
@@ -34,7 +34,8 @@ def dag(dag_id: str, **kwargs) -> DAG:
     return DAG(dag_id=dag_id, schedule=None, start_date=START, catchup=False, **kwargs)
 
 
-for flavor in FLAVORS.values():
+for flavor in ALL_FLAVORS.values():
+    on_executor = {"executor": flavor.executor}
     spec, conn_id, sfx = flavor.spec, flavor.conn_id, flavor.suffix
     LONG = spec(epochs=400, seconds_per_epoch=0.5)  # ~200 s: outlives every action in the tests
     deferred = {"conn_id": conn_id, "deferrable": True, "poll_interval": 2}
@@ -42,86 +43,112 @@ for flavor in FLAVORS.values():
     fast_deferred = {"conn_id": conn_id, "deferrable": True, "poll_interval": 1}
     retry = {"retries": 1, "retry_delay": timedelta(seconds=1)}
 
-    with dag(f"kp_deferred{sfx}"):
-        PidRecordingSubmit(task_id="train", spec=LONG, **deferred)
+    if flavor.runs("kp_deferred"):
+        with dag(f"kp_deferred{sfx}", default_args=on_executor):
+            PidRecordingSubmit(task_id="train", spec=LONG, **deferred)
 
-    with dag(f"kp_deferred_mark_success_cancels{sfx}"):
-        PidRecordingSubmit(task_id="train", spec=LONG, cancel_on_mark_success=True, **deferred)
+    if flavor.runs("kp_deferred_mark_success_cancels"):
+        with dag(f"kp_deferred_mark_success_cancels{sfx}", default_args=on_executor):
+            PidRecordingSubmit(task_id="train", spec=LONG, cancel_on_mark_success=True, **deferred)
 
-    with dag(f"kp_deferred_reattach_on_clear{sfx}"):
-        PidRecordingSubmit(task_id="train", spec=LONG, reattach_on_clear=True, **deferred)
+    if flavor.runs("kp_deferred_reattach_on_clear"):
+        with dag(f"kp_deferred_reattach_on_clear{sfx}", default_args=on_executor):
+            PidRecordingSubmit(task_id="train", spec=LONG, reattach_on_clear=True, **deferred)
 
-    with dag(f"kp_dagrun_timeout{sfx}", dagrun_timeout=timedelta(seconds=30)):
-        PidRecordingSubmit(task_id="train", spec=LONG, **deferred)
+    if flavor.runs("kp_dagrun_timeout"):
+        with dag(f"kp_dagrun_timeout{sfx}", dagrun_timeout=timedelta(seconds=30), default_args=on_executor):
+            PidRecordingSubmit(task_id="train", spec=LONG, **deferred)
 
-    with dag(f"kp_exec_timeout_deferred{sfx}"):
-        PidRecordingSubmit(
-            task_id="train", spec=LONG, execution_timeout=timedelta(seconds=25), **deferred,
-            retries=1, retry_delay=timedelta(seconds=2),
-        )  # fmt: skip
+    if flavor.runs("kp_exec_timeout_deferred"):
+        with dag(f"kp_exec_timeout_deferred{sfx}", default_args=on_executor):
+            PidRecordingSubmit(
+                task_id="train", spec=LONG, execution_timeout=timedelta(seconds=25), **deferred,
+                retries=1, retry_delay=timedelta(seconds=2),
+            )  # fmt: skip
 
-    with dag(f"kp_defer_timeout{sfx}"):
-        PidRecordingSubmit(task_id="train", spec=LONG, defer_timeout=30, **deferred)
+    if flavor.runs("kp_defer_timeout"):
+        with dag(f"kp_defer_timeout{sfx}", default_args=on_executor):
+            PidRecordingSubmit(task_id="train", spec=LONG, defer_timeout=30, **deferred)
 
-    with dag(f"kp_running{sfx}"):
-        PidRecordingSubmit(task_id="train", spec=LONG, **running)
+    if flavor.runs("kp_running"):
+        with dag(f"kp_running{sfx}", default_args=on_executor):
+            PidRecordingSubmit(task_id="train", spec=LONG, **running)
 
-    with dag(f"kp_running_exec_timeout{sfx}"):
-        PidRecordingSubmit(task_id="train", spec=LONG, execution_timeout=timedelta(seconds=25), **running)
+    if flavor.runs("kp_running_exec_timeout"):
+        with dag(f"kp_running_exec_timeout{sfx}", default_args=on_executor):
+            PidRecordingSubmit(task_id="train", spec=LONG, execution_timeout=timedelta(seconds=25), **running)
 
-    with dag(f"kp_worker_crash_reattach{sfx}"):
-        PidRecordingSubmit(task_id="train", spec=LONG, **running, **retry)
+    if flavor.runs("kp_worker_crash_reattach"):
+        with dag(f"kp_worker_crash_reattach{sfx}", default_args=on_executor):
+            PidRecordingSubmit(task_id="train", spec=LONG, **running, **retry)
 
-    with dag(f"kp_worker_crash_adopt{sfx}"):
-        PidRecordingSubmit(task_id="train", spec=spec(epochs=16, seconds_per_epoch=0.5), **running, **retry)
+    if flavor.runs("kp_worker_crash_adopt"):
+        with dag(f"kp_worker_crash_adopt{sfx}", default_args=on_executor):
+            PidRecordingSubmit(
+                task_id="train", spec=spec(epochs=16, seconds_per_epoch=0.5), **running, **retry
+            )
 
-    with dag(f"kp_short_deferred{sfx}"):
-        PidRecordingSubmit(
-            task_id="train", spec=spec(epochs=24, seconds_per_epoch=0.5), outage_budget=120, **fast_deferred
-        )
+    if flavor.runs("kp_short_deferred"):
+        with dag(f"kp_short_deferred{sfx}", default_args=on_executor):
+            PidRecordingSubmit(
+                task_id="train",
+                spec=spec(epochs=24, seconds_per_epoch=0.5),
+                outage_budget=120,
+                **fast_deferred,
+            )
 
     # K8 only: long enough to outlast the takeover of 2 tasks per platform (~100 s), short enough to end
-    with dag(f"kp_medium_deferred{sfx}"):
-        PidRecordingSubmit(task_id="train", spec=spec(epochs=200, seconds_per_epoch=0.5), **deferred)
+    if flavor.runs("kp_medium_deferred"):
+        with dag(f"kp_medium_deferred{sfx}", default_args=on_executor):
+            PidRecordingSubmit(task_id="train", spec=spec(epochs=200, seconds_per_epoch=0.5), **deferred)
 
-    with dag(f"kp_medium_sensor{sfx}"):  # K8 for a sensor that owns the cancel of the job it watches
-        submitted = SubmitTrainingJobOperator(
-            task_id="submit", conn_id=conn_id, spec=spec(epochs=200, seconds_per_epoch=0.5),
-            wait_for_completion=False,
-        )  # fmt: skip
-        submitted >> TrainingJobSensor(
-            task_id="train", conn_id=conn_id, job_id="{{ ti.xcom_pull(task_ids='submit', key='job_id') }}",
-            cancel_on_kill=True, deferrable=True, poll_interval=2,
-        )  # fmt: skip
+    if flavor.runs("kp_medium_sensor"):  # K8 for a sensor that owns the cancel of the job it watches
+        with dag(f"kp_medium_sensor{sfx}", default_args=on_executor):
+            submitted = SubmitTrainingJobOperator(
+                task_id="submit", conn_id=conn_id, spec=spec(epochs=200, seconds_per_epoch=0.5),
+                wait_for_completion=False,
+            )  # fmt: skip
+            submitted >> TrainingJobSensor(
+                task_id="train", conn_id=conn_id, job_id="{{ ti.xcom_pull(task_ids='submit', key='job_id') }}",
+                cancel_on_kill=True, deferrable=True, poll_interval=2,
+            )  # fmt: skip
 
-    with dag(f"kp_outage_retry{sfx}"):
-        PidRecordingSubmit(
-            task_id="train", spec=spec(epochs=60, seconds_per_epoch=0.5), outage_budget=8, **fast_deferred,
-            retries=1, retry_delay=timedelta(seconds=2),
-        )  # fmt: skip
+    if flavor.runs("kp_outage_retry"):
+        with dag(f"kp_outage_retry{sfx}", default_args=on_executor):
+            PidRecordingSubmit(
+                task_id="train", spec=spec(epochs=60, seconds_per_epoch=0.5), outage_budget=8, **fast_deferred,
+                retries=1, retry_delay=timedelta(seconds=2),
+            )  # fmt: skip
 
-    with dag(f"kp_fails_fast{sfx}"):
-        PidRecordingSubmit(
-            task_id="train", spec=spec(epochs=3, seconds_per_epoch=0.1, fail=True), **fast_deferred
-        )
+    if flavor.runs("kp_fails_fast"):
+        with dag(f"kp_fails_fast{sfx}", default_args=on_executor):
+            PidRecordingSubmit(
+                task_id="train", spec=spec(epochs=3, seconds_per_epoch=0.1, fail=True), **fast_deferred
+            )
 
-    with dag(f"kp_reaper{sfx}"):
-        ReapOrphanedTrainingJobsOperator(task_id="reap", conn_id=conn_id, min_age=5)
+    if flavor.runs("kp_reaper"):
+        with dag(f"kp_reaper{sfx}", default_args=on_executor):
+            ReapOrphanedTrainingJobsOperator(task_id="reap", conn_id=conn_id, min_age=5)
 
-    if flavor.auto_cancel_spec is not None:  # K19: the platform cancels the job by itself
+    if (
+        flavor.runs("kp_auto_cancel") and flavor.auto_cancel_spec is not None
+    ):  # K19: the platform cancels the job by itself
         with dag(f"kp_auto_cancel{sfx}"):
             PidRecordingSubmit(task_id="train", spec=flavor.auto_cancel_spec, **fast_deferred)
 
-    with dag(f"kp_mapped{sfx}"):  # K21: three mapped tries, each on its own job
-        PidRecordingSubmit.partial(task_id="train", **deferred).expand(spec=[LONG, LONG, LONG])
+    if flavor.runs("kp_mapped"):  # K21: three mapped tries, each on its own job
+        with dag(f"kp_mapped{sfx}", default_args=on_executor):
+            PidRecordingSubmit.partial(task_id="train", **deferred).expand(spec=[LONG, LONG, LONG])
 
-    if flavor.guard_spec is not None:  # K7b: early stopping judged across a triggerer restart
+    if (
+        flavor.runs("kp_guarded") and flavor.guard_spec is not None
+    ):  # K7b: early stopping judged across a triggerer restart
         with dag(f"kp_guarded{sfx}"):
             PidRecordingSubmit(
                 task_id="train", spec=flavor.guard_spec, early_stopping=GUARD_RULE, **fast_deferred
             )
 
-    if flavor.events:  # K20: events streamed across a triggerer restart
+    if flavor.runs("kp_events") and flavor.events:  # K20: events streamed across a triggerer restart
         with dag(f"kp_events{sfx}"):
             PidRecordingSubmit(task_id="train", spec=spec(epochs=30, seconds_per_epoch=0.5), **fast_deferred)
 
