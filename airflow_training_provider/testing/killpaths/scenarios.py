@@ -605,13 +605,6 @@ def k19_platform_auto_cancel(stack, platform, flavor: Flavor) -> Outcome:
 
 
 # -- exclusive scenarios: they stop triggerers or fault a whole platform, one run per flavor at once ----
-def _restart_triggerers(stack) -> float:
-    """Stop every triggerer gracefully (SIGTERM, as a deploy would), start them again 2 s later;
-    returns when they were started again (UNIX seconds)."""
-    restarted_at = _restart_triggerers(stack)
-    return restarted_at
-
-
 def _stop_triggerers(stack) -> list[str]:
     names = [n for n, c in stack.components.items() if n.startswith("triggerer") and c.proc.poll() is None]
     for name in names:
@@ -626,7 +619,10 @@ def k7_triggerer_restart(stack, platform, flavors: list[Flavor]) -> dict[str, Ou
         f.key: (f.dag("kp_short_deferred"), *_start_deferred(stack, platform, f.dag("kp_short_deferred")))
         for f in flavors
     }
-    _restart_triggerers(stack)
+    names = _stop_triggerers(stack)  # every triggerer: graceful SIGTERM, as a deploy would
+    time.sleep(2)
+    for name in names:
+        stack.start_triggerer(name)
     for dag, run_id, _ in runs.values():
         stack.wait_ti(dag, run_id, "train", {"success", "failed"}, timeout=180)
     return {
@@ -672,7 +668,11 @@ def k7b_guards_across_triggerer_restart(stack, platform, flavors: list[Flavor]) 
         f"k7b: triggerers down at (best epoch, epochs since) { ({n: p[::2] for n, p in plateaus.items()}) }"
     )
     stopped_at = time.time()
-    restarted_at = _restart_triggerers(stack)
+    names = _stop_triggerers(stack)
+    time.sleep(2)
+    restarted_at = time.time()
+    for name in names:
+        stack.start_triggerer(name)
     outcomes = {}
     for name, (dag, run_id, job) in runs.items():
         ti = stack.wait_ti(dag, run_id, "train", {"success", "failed"}, timeout=180)
@@ -829,7 +829,10 @@ def k20_events_across_triggerer_restart(stack, platform, flavors: list[Flavor]) 
         f.key: (f, f.dag("kp_events"), *_start_deferred(stack, platform, f.dag("kp_events"))) for f in flavors
     }
     time.sleep(4)  # some events are written before the restart
-    _restart_triggerers(stack)
+    names = _stop_triggerers(stack)
+    time.sleep(2)
+    for name in names:
+        stack.start_triggerer(name)
     outcomes = {}
     for name, (flavor, dag, run_id, job) in runs.items():
         ti = stack.wait_ti(dag, run_id, "train", {"success", "failed"}, timeout=180)
