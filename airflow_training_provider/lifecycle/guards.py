@@ -207,10 +207,11 @@ class GuardWatch:
     def needs_start(self, job: TrainingJob) -> bool:
         """The job is training, when it started is not known yet, and a guard counts from then
         (``max_runtime``, or a budget priced by the hour for a job that reports no cost)."""
-        counts_time = bool(self.guards.max_runtime) or self._priced_by_time(job)
+        counts_time = bool(self.guards.max_runtime) or self._priced_by_time
         return counts_time and self.started_at is None and job.state.value == "running"
 
-    def _priced_by_time(self, job: TrainingJob) -> bool:
+    @property
+    def _priced_by_time(self) -> bool:
         g = self.guards  # hourly_cost_usd is kept only for a platform that reports no cost
         return bool(g.max_cost_usd and g.hourly_cost_usd)
 
@@ -244,7 +245,7 @@ class GuardWatch:
                 runtime_seconds=ran,
             )
         cost = job.cost.total_usd
-        priced = self._priced_by_time(job)
+        priced = self._priced_by_time
         if priced and self.started_at is not None:  # training time at the user's hourly price
             cost = (now - self.started_at) * guards.hourly_cost_usd / 3600
         if guards.max_cost_usd and cost is not None:

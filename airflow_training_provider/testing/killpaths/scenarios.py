@@ -614,15 +614,23 @@ def _stop_triggerers(stack) -> list[str]:
     return names
 
 
+def _restart_triggerers(stack) -> float:
+    """Stop every triggerer gracefully (SIGTERM, as a deploy would), wait 2 s, start them again;
+    returns when the restart began (epoch seconds)."""
+    names = _stop_triggerers(stack)
+    time.sleep(2)
+    restarted_at = time.time()
+    for name in names:
+        stack.start_triggerer(name)
+    return restarted_at
+
+
 def k7_triggerer_restart(stack, platform, flavors: list[Flavor]) -> dict[str, Outcome]:
     runs = {
         f.key: (f.dag("kp_short_deferred"), *_start_deferred(stack, platform, f.dag("kp_short_deferred")))
         for f in flavors
     }
-    names = _stop_triggerers(stack)  # every triggerer: graceful SIGTERM, as a deploy would
-    time.sleep(2)
-    for name in names:
-        stack.start_triggerer(name)
+    _restart_triggerers(stack)
     for dag, run_id, _ in runs.values():
         stack.wait_ti(dag, run_id, "train", {"success", "failed"}, timeout=180)
     return {
@@ -668,11 +676,7 @@ def k7b_guards_across_triggerer_restart(stack, platform, flavors: list[Flavor]) 
         f"k7b: triggerers down at (best epoch, epochs since) { ({n: p[::2] for n, p in plateaus.items()}) }"
     )
     stopped_at = time.time()
-    names = _stop_triggerers(stack)
-    time.sleep(2)
-    restarted_at = time.time()
-    for name in names:
-        stack.start_triggerer(name)
+    restarted_at = _restart_triggerers(stack)
     outcomes = {}
     for name, (dag, run_id, job) in runs.items():
         ti = stack.wait_ti(dag, run_id, "train", {"success", "failed"}, timeout=180)
@@ -829,10 +833,7 @@ def k20_events_across_triggerer_restart(stack, platform, flavors: list[Flavor]) 
         f.key: (f, f.dag("kp_events"), *_start_deferred(stack, platform, f.dag("kp_events"))) for f in flavors
     }
     time.sleep(4)  # some events are written before the restart
-    names = _stop_triggerers(stack)
-    time.sleep(2)
-    for name in names:
-        stack.start_triggerer(name)
+    _restart_triggerers(stack)
     outcomes = {}
     for name, (flavor, dag, run_id, job) in runs.items():
         ti = stack.wait_ti(dag, run_id, "train", {"success", "failed"}, timeout=180)
