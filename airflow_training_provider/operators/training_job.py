@@ -36,6 +36,13 @@ from airflow_training_provider.lifecycle.guards import Guards, for_platform, uns
 from airflow_training_provider.lifecycle.operations import is_stopping_or_terminal, is_terminal
 from airflow_training_provider.links import TrainingJobConsoleLink
 from airflow_training_provider.models import Checkpoint, JobState, TrainingJob
+from airflow_training_provider.spec_secrets import (
+    find_references,
+    mask,
+    read_wandb_connection,
+    resolve_references,
+    secret_values,
+)
 from airflow_training_provider.task_instance_lookup import JOB_ID_XCOM_KEY
 
 __all__ = [
@@ -97,13 +104,27 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
         counted from when it started running (independent of ``execution_timeout``).
     :param on_budget: ``"fail"`` (default; no retries) or ``"succeed"`` when ``max_cost_usd`` fires.
     :param on_max_runtime: the same for ``max_runtime``.
+    :param wandb_conn_id: a connection holding a Weights & Biases API key (its password; a
+        self-hosted W&B's URL as its host), read on the worker right before submit: Together's
+        ``wandb_key``, or ``WANDB_API_KEY`` in the job's environment (SageMaker, PAI, ModelArts). The
+        task fails before submitting on a platform with no place for it (TensorOne).
     :param model_alias: publish the trained model as an Airflow asset through
         ``AssetAlias(model_alias)`` (added to the task's outlets) when the task succeeds: the asset's
         URI is the model's checkpoint (a guard's best, else the final one; ``s3://``, ``oss://``,
         ``obs://``, ``file://`` or ``training://<platform>/<job>/<checkpoint>``), its event's extra
         the job id, platform, epoch, metrics and cost. A DAG scheduled on the alias runs once per model.
 
-    Bad parameter values raise ``ValueError`` naming the parameter when the DAG is parsed.
+    Secrets in the spec: any value may be a reference, ``{"secret": {"conn_id": "hub"}}`` (a
+    connection's password, or ``"field": "login" | "host" | "extra.<key>"``) or
+    ``{"secret": {"variable": "hf_token"}}``, replaced by its value on the worker right before
+    submit and masked in the task log; it never reaches the rendered fields, XCom, the trigger or
+    the serialized DAG (:mod:`airflow_training_provider.spec_secrets`). Values written in the spec
+    are masked in the Rendered Template view and the task log when the platform's field holds a
+    secret (``wandb_key``), or the environment variable's name or the key says so (``*_TOKEN``,
+    ``*_KEY``, ``password``...).
+
+    Bad parameter values (and malformed secret references) raise ``ValueError`` naming the
+    parameter when the DAG is parsed.
 
     XCom: ``job_id`` and ``console_url`` right after submit (before waiting); ``cancel_result``
     when this task cancelled the job; ``guard_stop`` when a guard stopped it (which, why, epoch,
@@ -112,7 +133,7 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
     the task state store (key ``training_job``) for the next try.
     """
 
-    template_fields: Sequence[str] = ("spec", "conn_id")
+    template_fields: Sequence[str] = ("spec", "conn_id", "wandb_conn_id")
     operator_extra_links = (TrainingJobConsoleLink(),)
     template_fields_renderers = {"spec": "json"}
     ui_color = "#fde2c8"
@@ -142,14 +163,18 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
         on_budget: str = "fail",
         on_max_runtime: str = "fail",
         model_alias: str | None = None,
+        wandb_conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
+        if isinstance(spec, dict):  # a malformed secret reference fails the DAG parse
+            list(find_references(spec))
         if model_alias:  # the scheduler learns from the outlets that this task emits through the alias
             from airflow.sdk import AssetAlias
 
             kwargs["outlets"] = [*(kwargs.get("outlets") or []), AssetAlias(model_alias)]
         super().__init__(**kwargs)
         self.model_alias = model_alias
+        self.wandb_conn_id = wandb_conn_id
         self.conn_id = conn_id
         self.spec = spec
         self.wait_for_completion = wait_for_completion
@@ -184,12 +209,27 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
             on_max_runtime=on_max_runtime,
         )
 
+    def _do_render_template_fields(
+        self, parent: Any, template_fields: Any, context: Any, jinja_env: Any, seen_oids: set[int]
+    ) -> None:
+        """Render as usual, then register the spec's secret values with the secrets masker before
+        Airflow stores the rendered fields (it redacts them with the masker): ``***`` in the
+        Rendered Template view and the task log. (This is the method both a task and a mapped
+        task's expansion render through; ``render_template_fields`` is skipped for the latter.)"""
+        super()._do_render_template_fields(parent, template_fields, context, jinja_env, seen_oids)
+        if parent is not self:
+            return
+        try:
+            dialect = self.hook.dialect
+        except Exception:  # an unknown connection fails in execute, with its own message
+            dialect = None
+        mask(secret_values(self.spec, dialect))
+
     def execute(self, context: Any) -> dict[str, Any]:
         deadline = self.deadline_from_now()
         hook = self.hook
         try:
-            defaults = hook.dialect.spec_defaults(hook.platform_connection.credentials)
-            spec = hook.dialect.validate_spec({**defaults, **self.spec}, self.allow_unknown_fields)
+            spec = self._spec_to_submit(hook)
         except InvalidJobSpecError as exc:  # the same spec fails the same way: no retries
             raise AirflowFailException(str(exc)) from exc
         if refused := unsupported(
@@ -219,6 +259,34 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
         outcome = self.wait_on_worker(job, context, deadline)
         confirm_until = None if deadline is None else deadline - WORKER_CONFIRM_MARGIN
         return self.conclude(outcome, context, confirm_until)
+
+    def _spec_to_submit(self, hook: TrainingPlatformHook) -> dict[str, Any]:
+        """The spec as the platform will get it: connection defaults under it, secret references
+        and ``wandb_conn_id`` resolved (their values masked at once), validated. Kept only in this
+        call's locals: nothing Airflow stores ever holds it.
+
+        :raises InvalidJobSpecError: naming the field (or ``wandb_conn_id``)."""
+        dialect = hook.dialect
+        defaults = dialect.spec_defaults(hook.platform_connection.credentials)
+        references = [f"{path} from {ref.describe()}" for path, ref in find_references(self.spec)]
+        spec, values = resolve_references({**defaults, **self.spec})
+        mask(values)
+        if self.wandb_conn_id:
+            key, base_url = read_wandb_connection(self.wandb_conn_id)
+            mask([key])
+            with_key = dialect.with_wandb(spec, key, base_url)
+            if with_key is None:
+                raise InvalidJobSpecError(
+                    "wandb_conn_id",
+                    f"{hook.platform_connection.platform.display_name} job specs have no field for a "
+                    "W&B key nor environment variables (nothing was submitted)",
+                    dialect.name,
+                )
+            spec = with_key
+            references.append(f"the W&B key from connection {self.wandb_conn_id!r}")
+        if references:
+            self.log.info("Secrets resolved on the worker (masked): %s", "; ".join(references))
+        return dialect.validate_spec(spec, self.allow_unknown_fields)
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """OpenLineage (called by the OpenLineage provider's listener when the task succeeded):

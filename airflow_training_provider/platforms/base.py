@@ -247,6 +247,13 @@ class Dialect(ABC):
     capabilities: ClassVar[Capabilities] = Capabilities()
     #: model used to validate a job spec before submit (extra fields allowed).
     spec_model: ClassVar[type[BaseModel]]
+    #: dotted paths of spec fields that always hold a secret (Together's ``wandb_key``): their
+    #: values are masked in the Rendered Template view and the task log.
+    secret_fields: ClassVar[tuple[str, ...]] = ()
+    #: dotted path of the spec's environment-variable map (``Environment`` on SageMaker), if the
+    #: platform has one; values under names that look secret are masked, ``wandb_conn_id`` sets
+    #: ``WANDB_API_KEY`` there.
+    environment_field: ClassVar[str | None] = None
 
     _unknown_statuses_logged: ClassVar[set[tuple[str, str]]] = set()
     _status_by_folded_name: ClassVar[dict[str, JobState]] = {}
@@ -295,6 +302,31 @@ class Dialect(ABC):
         """Top-level spec fields the connection supplies when the spec leaves them out (PAI's
         ``WorkspaceId``); merged under the spec before it is validated. None by default."""
         return {}
+
+    def with_wandb(self, spec: dict[str, Any], api_key: str, base_url: str | None) -> dict[str, Any] | None:
+        """A copy of ``spec`` that logs the job to Weights & Biases with ``api_key`` (and a
+        self-hosted W&B at ``base_url``): by default the environment variables ``WANDB_API_KEY``
+        (``WANDB_BASE_URL``) in :attr:`environment_field`; ``None`` where the platform has no place
+        for them.
+
+        :raises InvalidJobSpecError: the spec sets the key itself."""
+        if self.environment_field is None:
+            return None
+        added = {"WANDB_API_KEY": api_key, **({"WANDB_BASE_URL": base_url} if base_url else {})}
+        *parents, leaf = self.environment_field.split(".")
+        out = dict(spec)
+        node = out
+        for part in parents:
+            node[part] = dict(node.get(part) or {})
+            node = node[part]
+        if "WANDB_API_KEY" in (node.get(leaf) or {}):
+            raise InvalidJobSpecError(
+                f"{self.environment_field}.WANDB_API_KEY",
+                "set here and by wandb_conn_id: keep one",
+                self.name,
+            )
+        node[leaf] = {**(node.get(leaf) or {}), **added}
+        return out
 
     @abstractmethod
     def with_tags(self, spec: dict[str, Any], tags: list[str]) -> dict[str, Any]:

@@ -318,6 +318,7 @@ class ModelArtsDialect(Dialect):
 
     name = "modelarts"
     spec_model = ModelArtsJobSpec
+    environment_field = "algorithm.environments"
     capabilities = Capabilities(
         # a terminate stops the containers: SIGTERM, then SIGKILL after the grace period
         final_checkpoint_on_cancel=True,

@@ -269,6 +269,7 @@ class PaiDialect(Dialect):
 
     name = "pai"
     spec_model = PaiJobSpec
+    environment_field = "Environments"
     capabilities = Capabilities(
         # a stop terminates the containers: SIGTERM, then SIGKILL after the grace period
         final_checkpoint_on_cancel=True,

@@ -309,6 +309,7 @@ class SageMakerDialect(Dialect):
 
     name = "sagemaker"
     spec_model = SageMakerJobSpec
+    environment_field = "Environment"
     capabilities = Capabilities(
         # a stop always sends SIGTERM and waits up to 120 s for the algorithm to save its state
         final_checkpoint_on_cancel=True,

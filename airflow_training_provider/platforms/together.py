@@ -30,7 +30,7 @@ from typing import Any
 
 from pydantic import Field, PositiveInt, field_validator, model_validator
 
-from airflow_training_provider.errors import JobStateConflictError, TrainingPlatformError
+from airflow_training_provider.errors import InvalidJobSpecError, JobStateConflictError, TrainingPlatformError
 from airflow_training_provider.models import (
     METRIC_HISTORY_POINTS,
     CancelRequest,
@@ -324,6 +324,7 @@ class TogetherDialect(Dialect):
 
     name = "together"
     spec_model = TogetherJobSpec
+    secret_fields = ("wandb_key", "hf_api_token")
     capabilities = Capabilities(
         final_checkpoint_on_cancel=False,
         preserve_checkpoints_flag=False,
@@ -347,6 +348,15 @@ class TogetherDialect(Dialect):
     }
 
     # -- spec ---------------------------------------------------------------------------------
+    def with_wandb(self, spec: dict[str, Any], api_key: str, base_url: str | None) -> dict[str, Any]:
+        """Copy of ``spec`` with ``wandb_key`` (and ``wandb_base_url``), the create fields of the
+        fine-tuning API (``POST /v1/fine-tunes``).
+
+        :raises InvalidJobSpecError: the spec sets ``wandb_key`` itself."""
+        if spec.get("wandb_key") is not None:
+            raise InvalidJobSpecError("wandb_key", "set here and by wandb_conn_id: keep one", self.name)
+        return {**spec, "wandb_key": api_key, **({"wandb_base_url": base_url} if base_url else {})}
+
     def with_tags(self, spec: dict[str, Any], tags: list[str]) -> dict[str, Any]:
         """Copy of ``spec`` with ``tags`` under :data:`TAGS_KEY` (an extension key, see the module doc)."""
         own = [t for t in spec.get(TAGS_KEY) or [] if t not in tags]

@@ -56,6 +56,14 @@ class PostgresServer:
         )
         return self
 
+    def dump(self) -> str:
+        """``pg_dump`` of the ``airflow`` database as SQL text (every table, every row)."""
+        run = subprocess.run(
+            [str(self.bindir / "pg_dump"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "airflow", "airflow"],
+            check=True, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        return run.stdout
+
     def stop(self) -> None:
         if (self.data / "postmaster.pid").exists():
             self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")

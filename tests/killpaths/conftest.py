@@ -9,12 +9,18 @@ from airflow_training_provider.testing.killpaths import KillPathEnv, run_scenari
 
 
 @pytest.fixture(scope="session")
-def kill_path_env(tmp_path_factory):
+def kill_path_stack(tmp_path_factory) -> KillPathEnv:
     env = KillPathEnv(tmp_path_factory.mktemp("killpaths"))
     try:
-        yield env.stack, env.platform
+        yield env
     finally:
         env.stop()
+
+
+@pytest.fixture(scope="session")
+def kill_path_env(kill_path_stack):
+    """``(stack, platform)``: Airflow's processes and the local platform's ``/_local`` client."""
+    return kill_path_stack.stack, kill_path_stack.platform
 
 
 @pytest.fixture(scope="session")

@@ -17,6 +17,8 @@ from airflow_training_provider.testing.killpaths.flavors import (
     FLAVORS,
     MODELARTS_ACCESS_KEY,
     PAI_ACCESS_KEY_ID,
+    secret_cases,
+    secret_env,
 )
 from airflow_training_provider.testing.killpaths.scenarios import Platform
 from airflow_training_provider.testing.postgres import PostgresServer
@@ -51,7 +53,7 @@ def dag_ids() -> list[str]:
     ids += [f.dag("kp_auto_cancel") for f in FLAVORS.values() if f.auto_cancel_spec is not None]
     ids += [f.dag("kp_events") for f in FLAVORS.values() if f.events]
     ids += [f.dag("kp_guarded") for f in FLAVORS.values() if f.guard_spec is not None]
-    return [*ids, "kp_model_producer", "kp_model_consumer"]
+    return [*ids, *secret_cases(), "kp_model_producer", "kp_model_consumer"]
 
 
 class KillPathEnv:
@@ -116,7 +118,7 @@ class KillPathEnv:
         stack = AirflowStack(
             home=root / "airflow",
             dags_folder=dags,
-            extra_env={**conns, **self.celery_env()},
+            extra_env={**conns, **secret_env(), **self.celery_env()},
             sql_alchemy_conn=self.postgres.dsn,
         )
         stack.home.mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,7 @@ platform, and what its cancel can do. Adding a platform adds a row to :data:`FLA
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -377,3 +378,71 @@ ALL_FLAVORS: dict[str, Flavor] = {
 def flavor_of(job: dict) -> Flavor:
     """The flavor whose platform ran ``job`` (a local-platform record)."""
     return next(f for f in FLAVORS.values() if f.platform == job["platform"])
+
+
+# -- secrets inside a job spec (tests/killpaths/test_spec_secrets.py) --------------------------------
+SECRET_CONN_ID = "kp_spec_secret"
+SECRET_VARIABLE = "kp_spec_secret_var"
+TEMPLATED_VARIABLE = "kp_spec_templated"
+WANDB_CONN_ID = "kp_wandb"
+SPEC_SECRETS = {
+    "connection": "kpConnSecret-5b8e0f3a9d2c4e71",
+    "variable": "kpVarSecret-c7a14e9b2f6d3085",
+    "templated": "kptemplated0a4f9e2c7b1d5368e0c9a7f2b4d6e",  # 40 characters: Together's W&B login
+    "wandb": "kpwandb0f3e9a1c7d5b2046e8a9c1f3b7d5e2a04",  # 40 characters, like a real W&B key
+}
+"""Distinctive values the secret DAGs pass through each path, searched for everywhere Airflow keeps
+anything; held by a connection (``SECRET_CONN_ID``: password), a Variable (``SECRET_VARIABLE``), a
+Variable rendered by a template (``TEMPLATED_VARIABLE``) and a W&B connection (``WANDB_CONN_ID``),
+all in environment variables (Airflow's environment secrets backend)."""
+
+
+def secret_env() -> dict[str, str]:
+    """``AIRFLOW_CONN_*`` / ``AIRFLOW_VAR_*`` holding :data:`SPEC_SECRETS` for the stack."""
+    return {
+        f"AIRFLOW_CONN_{SECRET_CONN_ID.upper()}": json.dumps(
+            {"conn_type": "generic", "password": SPEC_SECRETS["connection"]}
+        ),
+        f"AIRFLOW_VAR_{SECRET_VARIABLE.upper()}": SPEC_SECRETS["variable"],
+        f"AIRFLOW_VAR_{TEMPLATED_VARIABLE.upper()}": SPEC_SECRETS["templated"],
+        f"AIRFLOW_CONN_{WANDB_CONN_ID.upper()}": json.dumps(
+            {"conn_type": "generic", "password": SPEC_SECRETS["wandb"]}
+        ),
+    }
+
+
+def secret_cases() -> dict[str, tuple[Flavor, dict, dict]]:
+    """DAG id → (flavor, spec, extra operator kwargs) of the secret DAGs: every path a secret can
+    take into each platform's spec. Environment variables on SageMaker, PAI and ModelArts (a
+    connection, a Variable under a name that does not look secret, a template under one that does,
+    W&B through ``wandb_conn_id``); Together's ``wandb_key`` and ``hf_api_token`` (two DAGs: the W&B
+    key from ``wandb_conn_id``, then from a template); TensorOne's free-form ``config``."""
+    conn_ref = {"secret": {"conn_id": SECRET_CONN_ID}}
+    var_ref = {"secret": {"variable": SECRET_VARIABLE}}
+    templated = "{{ var.value." + TEMPLATED_VARIABLE + " }}"
+    pace = {"epochs": 30, "seconds_per_epoch": 0.5}  # ~15 s: the trigger rows are read meanwhile
+    env = {
+        "DB_PASSWORD": conn_ref,
+        "DATA_SOURCE_URL": var_ref,
+        "HUB_KEY": templated,
+        "MODEL_NAME": "digits-mlp",
+    }
+    wandb = {"wandb_conn_id": WANDB_CONN_ID}
+    tensorone = tensorone_spec(**pace)
+    tensorone["config"].update(
+        hubToken=var_ref, dbPassword=conn_ref, authKey=templated, modelName="digits-mlp"
+    )
+    modelarts = modelarts_spec(**pace)
+    modelarts["algorithm"]["environments"] = env
+    return {
+        "kp_secrets": (TENSORONE, tensorone, {}),
+        "kp_secrets_together": (TOGETHER, together_spec(**pace, hf_api_token=var_ref), wandb),
+        "kp_secrets_templated_together": (
+            TOGETHER,
+            together_spec(**pace, wandb_key=templated, hf_api_token=conn_ref),
+            {},
+        ),
+        "kp_secrets_sagemaker": (SAGEMAKER, sagemaker_spec(**pace, Environment=env), wandb),
+        "kp_secrets_pai": (PAI, pai_spec(**pace, Environments=env), wandb),
+        "kp_secrets_modelarts": (MODELARTS, modelarts, wandb),
+    }

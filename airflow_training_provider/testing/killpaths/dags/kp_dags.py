@@ -19,7 +19,7 @@ from airflow.sdk import DAG, AssetAlias
 from airflow_training_provider.operators.reaper import ReapOrphanedTrainingJobsOperator
 from airflow_training_provider.operators.training_job import SubmitTrainingJobOperator
 from airflow_training_provider.sensors.training_job import TrainingJobSensor
-from airflow_training_provider.testing.killpaths.flavors import ALL_FLAVORS, FLAVORS, GUARD_RULE
+from airflow_training_provider.testing.killpaths.flavors import ALL_FLAVORS, FLAVORS, GUARD_RULE, secret_cases
 
 START = datetime(2026, 1, 1)
 
@@ -151,6 +151,19 @@ for flavor in ALL_FLAVORS.values():
     if flavor.runs("kp_events") and flavor.events:  # K20: events streamed across a triggerer restart
         with dag(f"kp_events{sfx}"):
             PidRecordingSubmit(task_id="train", spec=spec(epochs=30, seconds_per_epoch=0.5), **fast_deferred)
+
+
+# Secrets inside a job spec: references, a template and W&B connections, one DAG per path set.
+for dag_id, (flavor, secret_spec, extra) in secret_cases().items():
+    with dag(dag_id):
+        SubmitTrainingJobOperator(
+            task_id="train",
+            spec=secret_spec,
+            conn_id=flavor.conn_id,
+            deferrable=True,
+            poll_interval=1,
+            **extra,
+        )
 
 
 # The trained model as an asset: the producer publishes its model through an alias, the consumer
