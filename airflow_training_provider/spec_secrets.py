@@ -50,6 +50,13 @@ _SECRET_WORDS = frozenset({"key", "auth", "pwd", "pat", "credential", "credentia
 _SECRET_PARTS = ("token", "secret", "password", "passwd", "passphrase", "credential", "private_key")
 
 
+class SecretNotFoundError(InvalidJobSpecError):
+    """A secret reference (or ``wandb_conn_id``) names a connection or Variable that no secrets
+    backend has. Nothing was submitted. Unlike other spec errors the task's retries apply: the
+    connection may be added meanwhile, and Airflow reports a secrets backend that failed to
+    answer the same way as a missing connection."""
+
+
 class SecretReference(BaseModel):
     """The inside of a ``{"secret": {...}}`` reference: exactly one of ``conn_id`` (with the
     connection attribute ``field``: ``password``, ``login``, ``host``, ``schema`` or
@@ -144,8 +151,9 @@ def resolve_references(
     :param read_connection: ``(conn_id, field) → value`` (default: the Task SDK's connection
         lookup, which asks every secrets backend).
     :param read_variable: ``key → value`` (default: ``airflow.sdk.Variable.get``).
-    :raises InvalidJobSpecError: a malformed reference, or one whose connection/Variable is not
-        defined or holds no value (naming the spec path and the connection or Variable).
+    :raises SecretNotFoundError: the connection or Variable is not defined (naming the spec path
+        and the connection or Variable).
+    :raises InvalidJobSpecError: a malformed reference, or one whose value is empty.
     """
     values: list[str] = []
 
@@ -160,7 +168,7 @@ def resolve_references(
             except Exception as exc:
                 if not _is_not_found(exc):
                     raise  # a secrets backend that failed: let the task retry
-                raise InvalidJobSpecError(
+                raise SecretNotFoundError(
                     path, f"secret reference: {ref.describe()} is not defined"
                 ) from None
             if value is None or value == "":
@@ -262,14 +270,14 @@ def read_wandb_connection(
     """``(API key, base URL or None)`` of a Weights & Biases connection: the key is its password,
     a self-hosted W&B's URL its host (``https://wandb.example.com``); any connection type.
 
-    :raises InvalidJobSpecError: the connection is not defined or has no password (field
-        ``wandb_conn_id``)."""
+    :raises SecretNotFoundError: the connection is not defined (field ``wandb_conn_id``).
+    :raises InvalidJobSpecError: it has no password."""
     try:
         key, host = read_connection(conn_id, "password"), read_connection(conn_id, "host")
     except Exception as exc:
         if not _is_not_found(exc):
             raise
-        raise InvalidJobSpecError("wandb_conn_id", f"connection {conn_id!r} is not defined") from None
+        raise SecretNotFoundError("wandb_conn_id", f"connection {conn_id!r} is not defined") from None
     if not key:
         raise InvalidJobSpecError(
             "wandb_conn_id", f"connection {conn_id!r} has no password (the W&B API key)"

@@ -37,6 +37,7 @@ from airflow_training_provider.lifecycle.operations import is_stopping_or_termin
 from airflow_training_provider.links import TrainingJobConsoleLink
 from airflow_training_provider.models import Checkpoint, JobState, TrainingJob
 from airflow_training_provider.spec_secrets import (
+    SecretNotFoundError,
     find_references,
     mask,
     read_wandb_connection,
@@ -230,6 +231,8 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
         hook = self.hook
         try:
             spec = self._spec_to_submit(hook)
+        except SecretNotFoundError:
+            raise  # retries apply: the secret may be added, or its backend be back
         except InvalidJobSpecError as exc:  # the same spec fails the same way: no retries
             raise AirflowFailException(str(exc)) from exc
         if refused := unsupported(
@@ -265,7 +268,9 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
         and ``wandb_conn_id`` resolved (their values masked at once), validated. Kept only in this
         call's locals: nothing Airflow stores ever holds it.
 
-        :raises InvalidJobSpecError: naming the field (or ``wandb_conn_id``)."""
+        :raises InvalidJobSpecError: naming the field (or ``wandb_conn_id``); its subclass
+            :class:`~airflow_training_provider.spec_secrets.SecretNotFoundError` for a connection
+            or Variable that is not defined."""
         dialect = hook.dialect
         defaults = dialect.spec_defaults(hook.platform_connection.credentials)
         references = [f"{path} from {ref.describe()}" for path, ref in find_references(self.spec)]

@@ -14,7 +14,7 @@ import uuid
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_training_provider.spec_secrets import connection_secret, variable_secret
+from airflow_training_provider.spec_secrets import SecretNotFoundError, connection_secret, variable_secret
 from airflow_training_provider.testing.inprocess import run_task, task_context
 from airflow_training_provider.testing.killpaths.flavors import FLAVORS
 from tests.inprocess.test_operators_inprocess import submit, tensorone_spec
@@ -60,23 +60,35 @@ def test_wandb_on_a_platform_with_no_place_for_it_fails_before_submit(control):
 
 
 @pytest.mark.parametrize(
-    ("where", "reference", "says"),
+    ("where", "reference", "says", "error"),
     [
-        ("hubToken", variable_secret("ip_missing"), "Variable 'ip_missing' is not defined"),
-        ("dbPassword", connection_secret("ip_missing"), "connection 'ip_missing' (password) is not defined"),
+        (
+            "hubToken",
+            variable_secret("ip_missing"),
+            "Variable 'ip_missing' is not defined",
+            SecretNotFoundError,
+        ),
+        (
+            "dbPassword",
+            connection_secret("ip_missing"),
+            "connection 'ip_missing' (password) is not defined",
+            SecretNotFoundError,
+        ),
         (
             "token",
             connection_secret("ip_secret", "extra.token"),
             "connection 'ip_secret' (extra.token) holds no value",
+            AirflowFailException,  # an empty secret is a mistake no retry mends
         ),
     ],
 )
-def test_a_reference_to_nothing_fails_before_submit_naming_the_field(control, where, reference, says):
+def test_a_reference_to_nothing_fails_before_submit_naming_the_field(control, where, reference, says, error):
+    """A missing connection or Variable fails the try with retries left (it may be added, or its
+    secrets backend be back: Airflow reports both the same way); an empty one fails for good."""
     spec = tensorone_spec()
     spec["config"][where] = reference
     op = submit("tensorone", spec, retries=3)
-    with pytest.raises(
-        AirflowFailException, match=re.escape(f"field 'config.{where}': secret reference: {says}")
-    ):
+    with pytest.raises(error, match=re.escape(f"field 'config.{where}': secret reference: {says}")) as raised:
         run_task(op, task_context(op, run_id="missing"))
+    assert type(raised.value) is error
     assert control.jobs(name=spec["name"]) == [], "nothing was submitted"

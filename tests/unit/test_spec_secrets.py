@@ -17,6 +17,7 @@ from airflow_training_provider.errors import InvalidJobSpecError
 from airflow_training_provider.operators.training_job import SubmitTrainingJobOperator
 from airflow_training_provider.platforms import PLATFORMS
 from airflow_training_provider.spec_secrets import (
+    SecretNotFoundError,
     connection_secret,
     find_references,
     looks_secret,
@@ -126,6 +127,7 @@ def test_a_reference_to_nothing_is_refused_naming_path_and_source():
     with pytest.raises(InvalidJobSpecError) as err:
         resolve_references({"env": {"A": connection_secret("nope")}}, missing_conn)
     assert err.value.field == "env.A" and "connection 'nope' (password) is not defined" in err.value.expected
+    assert isinstance(err.value, SecretNotFoundError), "retries apply: it may be added meanwhile"
     with pytest.raises(InvalidJobSpecError) as err:
         resolve_references({"k": variable_secret("nope")}, read_variable={}.__getitem__)
     assert err.value.field == "k" and "Variable 'nope' is not defined" in err.value.expected
