@@ -81,12 +81,18 @@ class InvalidJobSpecError(ValueError):
     """The job spec is invalid; nothing was submitted. (The submit operator fails the task with it
     without retries: the same spec would fail the same way.)
 
-    :param field: dotted path of the offending field, e.g. ``config.training.epochs``.
+    :param field: dotted path of the offending field, e.g. ``config.training.epochs``, or the
+        operator parameter that fills it (``parameter=True``, e.g. ``wandb_conn_id``).
     :param expected: what the field should be.
     """
 
-    def __init__(self, field: str, expected: str, platform: str | None = None) -> None:
+    def __init__(
+        self, field: str, expected: str, platform: str | None = None, parameter: bool = False
+    ) -> None:
         self.field = field
         self.expected = expected
+        if parameter:
+            super().__init__(f"Parameter '{field}': {expected}")
+            return
         where = f"{platform} job spec" if platform else "job spec"
         super().__init__(f"Invalid {where}: field '{field}': {expected}")

@@ -202,6 +202,7 @@ class TrainingJobTaskMixin:
             seen_at=datetime.now(UTC),
         )
         ti.xcom_push(key=JOB_REF_XCOM_KEY, value=ref.model_dump(mode="json"))
+        self.job_reference_published = True
         if job.console_url:
             ti.xcom_push(key=TrainingJobConsoleLink().xcom_key, value=job.console_url)
 

@@ -48,5 +48,10 @@ class TrainingJobConsoleLink(BaseOperatorLink):
     def get_link(self, operator: Any, *, ti_key: Any) -> str:
         from airflow.sdk.execution_time.xcom import XCom
 
+        # The task runner asks at the end of every try, failed ones too. A try that failed before
+        # submitting (a bad spec) published nothing; asking would log a 404 as an error.
+        if getattr(operator, "job_reference_published", None) is False:
+            return ""
+
         ref = XCom.get_value(ti_key=ti_key, key=JOB_REF_XCOM_KEY)
         return (ref or {}).get("console_url") or "" if isinstance(ref, dict) else ""

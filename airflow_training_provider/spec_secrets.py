@@ -27,6 +27,7 @@ that kind.
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -89,8 +90,12 @@ def connection_secret(conn_id: str, field: str = "password") -> dict[str, Any]:
     """A reference to a connection's attribute: ``{"secret": {"conn_id": conn_id, "field": field}}``.
 
     :param field: ``password`` (default), ``login``, ``host``, ``schema`` or ``extra.<key>``.
-    :raises ValueError: a field of another kind."""
-    ref = SecretReference(conn_id=conn_id, field=field)
+    :raises ValueError: a field of another kind, naming it."""
+    try:
+        ref = SecretReference(conn_id=conn_id, field=field)
+    except ValidationError as exc:
+        message = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
+        raise ValueError(f"connection_secret({conn_id!r}, field={field!r}): {message}") from None
     return {REFERENCE_KEY: ref.model_dump(exclude={"variable"})}
 
 
@@ -115,6 +120,10 @@ def find_references(spec: Any, path: str = "") -> Iterator[tuple[str, SecretRefe
             err = exc.errors()[0]
             where = ".".join([path or "spec", REFERENCE_KEY, *(str(p) for p in err["loc"])])
             message = str(err["msg"]).removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":  # a typo: say which key was meant
+                known = list(SecretReference.model_fields)
+                close = difflib.get_close_matches(str(err["loc"][-1]), known, n=1, cutoff=0.6)
+                message = f"unknown key ({f'did you mean {close[0]!r}?' if close else 'known: ' + ', '.join(known)})"
             raise InvalidJobSpecError(where, f"secret reference: {message}") from None
     elif isinstance(spec, dict):
         for key, value in spec.items():
@@ -169,10 +178,12 @@ def resolve_references(
                 if not _is_not_found(exc):
                     raise  # a secrets backend that failed: let the task retry
                 raise SecretNotFoundError(
-                    path, f"secret reference: {ref.describe()} is not defined"
+                    path, f"secret reference: {ref.describe()} is not defined (nothing was submitted)"
                 ) from None
             if value is None or value == "":
-                raise InvalidJobSpecError(path, f"secret reference: {ref.describe()} holds no value")
+                raise InvalidJobSpecError(
+                    path, f"secret reference: {ref.describe()} holds no value (nothing was submitted)"
+                )
             values.append(str(value))
             return str(value)
         if isinstance(node, dict):
@@ -277,9 +288,13 @@ def read_wandb_connection(
     except Exception as exc:
         if not _is_not_found(exc):
             raise
-        raise SecretNotFoundError("wandb_conn_id", f"connection {conn_id!r} is not defined") from None
+        raise SecretNotFoundError(
+            "wandb_conn_id", f"connection {conn_id!r} is not defined (nothing was submitted)", parameter=True
+        ) from None
     if not key:
         raise InvalidJobSpecError(
-            "wandb_conn_id", f"connection {conn_id!r} has no password (the W&B API key)"
+            "wandb_conn_id",
+            f"connection {conn_id!r} has no password, the W&B API key (nothing was submitted)",
+            parameter=True,
         )
     return str(key), (str(host) if host else None)

@@ -227,6 +227,7 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
         mask(secret_values(self.spec, dialect))
 
     def execute(self, context: Any) -> dict[str, Any]:
+        self.job_reference_published = False  # until a job is known (the console link asks)
         deadline = self.deadline_from_now()
         hook = self.hook
         try:
@@ -285,7 +286,7 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
                     "wandb_conn_id",
                     f"{hook.platform_connection.platform.display_name} job specs have no field for a "
                     "W&B key nor environment variables (nothing was submitted)",
-                    dialect.name,
+                    parameter=True,
                 )
             spec = with_key
             references.append(f"the W&B key from connection {self.wandb_conn_id!r}")

@@ -44,6 +44,7 @@ def test_references_reach_the_platform_and_the_operator_keeps_the_references(con
     request = control.job(result["id"])["request"]
     assert request["Environment"] == {"DB_PASSWORD": PASSWORD, "SOURCE": VARIABLE, "WANDB_API_KEY": WANDB}
     assert op.spec == before, "what Airflow renders and stores keeps the references"
+    assert op.job_reference_published is True, "the console link reads the job reference"
     out = "".join(capfd.readouterr())
     assert (
         "Secrets resolved on the worker (masked): Environment.DB_PASSWORD from connection 'ip_secret'" in out
@@ -54,8 +55,12 @@ def test_references_reach_the_platform_and_the_operator_keeps_the_references(con
 def test_wandb_on_a_platform_with_no_place_for_it_fails_before_submit(control):
     spec = tensorone_spec()
     op = submit("tensorone", spec, wandb_conn_id="ip_wandb")
-    with pytest.raises(AirflowFailException, match="'wandb_conn_id': TensorOne job specs have no field"):
-        run_task(op, task_context(op, run_id="no-wandb"))
+    ctx = task_context(op, run_id="no-wandb")
+    with pytest.raises(
+        AirflowFailException, match="^Parameter 'wandb_conn_id': TensorOne job specs have no field"
+    ):
+        run_task(op, ctx)
+    assert op.job_reference_published is False and "training_job" not in ctx["ti"].xcoms
     assert control.jobs(name=spec["name"]) == [], "nothing was submitted"
 
 

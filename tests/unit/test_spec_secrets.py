@@ -58,8 +58,10 @@ def test_reference_builders_give_the_documented_forms():
     assert connection_secret("wandb") == {"secret": {"conn_id": "wandb", "field": "password"}}
     assert connection_secret("hub", "extra.token") == {"secret": {"conn_id": "hub", "field": "extra.token"}}
     assert variable_secret("hf_token") == {"secret": {"variable": "hf_token"}}
-    with pytest.raises(ValueError, match="'field' must be one of"):
-        connection_secret("hub", "port")
+    with pytest.raises(
+        ValueError, match=r"^connection_secret\('hub', field='pasword'\): 'field' must be one of"
+    ):
+        connection_secret("hub", "pasword")
 
 
 def test_references_are_found_with_their_paths_in_dicts_and_lists():
@@ -82,7 +84,8 @@ def test_references_are_found_with_their_paths_in_dicts_and_lists():
         ({"conn_id": "c", "variable": "v"}, "env.K.secret", "give exactly one"),
         ({"variable": "v", "field": "login"}, "env.K.secret", "'field' goes with 'conn_id'"),
         ({"conn_id": "c", "field": "extra."}, "env.K.secret", "'field' must be one of"),
-        ({"conn_id": "c", "key": "x"}, "env.K.secret.key", "Extra inputs are not permitted"),
+        ({"conn_id": "c", "key": "x"}, "env.K.secret.key", "unknown key (known: conn_id, field, variable)"),
+        ({"conn_id": "c", "feild": "login"}, "env.K.secret.feild", "unknown key (did you mean 'field'?)"),
         ("just-a-name", "env.K.secret", "valid dictionary"),
     ],
 )
@@ -238,9 +241,13 @@ def test_wandb_connection(monkeypatch):
     monkeypatch.setenv("AIRFLOW_CONN_WANDB_TEST", json.dumps({"conn_type": "generic", "password": "k" * 40}))
     monkeypatch.setenv("AIRFLOW_CONN_WANDB_EMPTY", json.dumps({"conn_type": "generic", "host": "h"}))
     assert read_wandb_connection("wandb_test") == ("k" * 40, None)
-    with pytest.raises(InvalidJobSpecError, match="has no password"):
+    with pytest.raises(
+        InvalidJobSpecError, match=r"^Parameter 'wandb_conn_id': connection 'wandb_empty' has no"
+    ):
         read_wandb_connection("wandb_empty")
-    with pytest.raises(InvalidJobSpecError, match="'wandb_nope' is not defined"):
+    with pytest.raises(
+        SecretNotFoundError, match=r"^Parameter 'wandb_conn_id': connection 'wandb_nope' is not"
+    ):
         read_wandb_connection("wandb_nope")
 
 
@@ -290,4 +297,17 @@ def _aws_connection() -> str:
             "password": "not-used-here",
             "extra": {"region_name": "us-east-1", "endpoint_url": "http://127.0.0.1:9"},
         }
+    )
+
+
+def test_the_console_link_of_a_try_that_submitted_nothing_asks_nothing():
+    """The task runner asks every extra link at the end of a try; one that failed before submit
+    (a bad spec) published no job reference: the link is empty without an XCom lookup (which
+    would log a 404 as an error next to the real failure)."""
+    from types import SimpleNamespace
+
+    from airflow_training_provider.links import TrainingJobConsoleLink
+
+    assert (
+        TrainingJobConsoleLink().get_link(SimpleNamespace(job_reference_published=False), ti_key=None) == ""
     )
