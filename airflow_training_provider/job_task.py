@@ -16,6 +16,7 @@ Whether to cancel is always the :class:`~airflow_training_provider.cancellation.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -180,6 +181,7 @@ class TrainingJobTaskMixin:
         self.job_id: str | None = getattr(self, "job_id", None)  # a sensor's is given; a submit's comes later
         self._stop = threading.Event()
         self._kill_result: CancelResult | None = None
+        self._kill_note: tuple[int, str] | None = None  # on_kill's log line, written by execute()
 
     @cached_property
     def hook(self) -> TrainingPlatformHook:
@@ -349,6 +351,8 @@ class TrainingJobTaskMixin:
 
     def _after_kill(self, context: Any) -> None:
         """After ``on_kill`` asked for the cancel: wait (bounded) for the platform to finish it, then stop."""
+        if self._kill_note is not None:
+            self.log.log(*self._kill_note)  # type: ignore[attr-defined]
         result = self._kill_result
         if result is None:
             raise TrainingJobCancelledByAirflow(
@@ -449,34 +453,34 @@ class TrainingJobTaskMixin:
         5 s after SIGTERM. So one cancel call with a short timeout here (a fresh hook: the signal may
         have interrupted a request of the main hook); confirmation happens back in ``execute()``,
         which stops once the outcome of that call is known.
+
+        Airflow calls this from its SIGTERM handler, on the main thread, wherever the signal
+        interrupted it, possibly inside a log write holding the log file's lock (structlog's, not
+        re-entrant). So nothing here logs or asks the secrets backend: what happened is kept in
+        ``_kill_note`` and ``execute()`` logs it once the handler has returned.
         """
         try:
-            self._kill_result = self._cancel_on_kill()
+            self._kill_result, self._kill_note = self._cancel_on_kill()
         finally:
             self._stop.set()
 
-    def _cancel_on_kill(self) -> CancelResult | None:
+    def _cancel_on_kill(self) -> tuple[CancelResult | None, tuple[int, str] | None]:
         decision = self.cancel_policy.decide(GiveUp.WORKER_KILLED)
         if not self.job_id:
-            return None
+            return None, None
         if not decision.cancel:
-            self.log.warning("Task killed: %s (job %s)", decision.reason, self.job_id)  # type: ignore[attr-defined]
-            return None
-        hook = TrainingPlatformHook(
-            self.conn_id, RetryPolicy(call_timeout=ON_KILL_CALL_TIMEOUT, max_attempts=1)
-        )
+            return None, (logging.WARNING, f"Task killed: {decision.reason} (job {self.job_id})")
+        # the connection already read by the main hook: no secrets-backend call in a signal handler
+        hook = self.hook.sibling(RetryPolicy(call_timeout=ON_KILL_CALL_TIMEOUT, max_attempts=1))
         try:
             result = hook.cancel_job(self.job_id, self.cancel_policy.request(GiveUp.WORKER_KILLED.value))
         except TrainingPlatformError as exc:
-            self.log.error("Cancelling training job %s on kill failed: %s", self.job_id, exc)  # type: ignore[attr-defined]
-            return None
-        self.log.warning(  # type: ignore[attr-defined]
-            "Task killed: cancel of training job %s requested (state %s, final checkpoint %s)",
-            self.job_id,
-            result.state.value,
-            result.final_checkpoint_id or "pending",
+            return None, (logging.ERROR, f"Cancelling training job {self.job_id} on kill failed: {exc}")
+        note = (
+            f"Task killed: cancel of training job {self.job_id} requested (state {result.state.value}, "
+            f"final checkpoint {result.final_checkpoint_id or 'pending'})"
         )
-        return result
+        return result, (logging.WARNING, note)
 
     def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Any):
         """On ``__fail__`` (deferral timed out, trigger crashed) cancel the job, if the policy says so,

@@ -57,6 +57,15 @@ class TrainingPlatformHook(JobApi, HttpHook):
         conn = self.platform_connection
         return PreparedRequests(conn.dialect, conn.base_url, conn.credentials)
 
+    def sibling(self, retry_policy: RetryPolicy) -> TrainingPlatformHook:
+        """A new hook on the same connection with its own HTTP session and ``retry_policy``,
+        reusing the connection this hook has already read (no secrets-backend call: safe in a
+        signal handler)."""
+        hook = type(self)(self.conn_id, retry_policy)
+        if "platform_connection" in self.__dict__:
+            hook.__dict__["platform_connection"] = self.platform_connection
+        return hook
+
     @cached_property
     def platform_connection(self) -> PlatformConnection:
         """The connection, read once (:class:`PlatformConnection`)."""

@@ -236,8 +236,29 @@ def test_a_try_after_a_clear_cancels_the_old_job_then_submits_one(control):
     control_cancel(control, new_id)
 
 
-def test_worker_on_kill_cancels_and_stops_execute(control):
+class LockedLog:
+    """A logger whose every call takes one non-reentrant lock, as structlog's write to the task's
+    log file does. Airflow runs ``on_kill`` in its SIGTERM handler on the main thread, which the
+    signal may have interrupted inside a write: a log call from ``on_kill`` then waits forever."""
+
+    def __init__(self, real) -> None:
+        self.real, self.lock, self.holder = real, threading.Lock(), None
+
+    def __getattr__(self, name):
+        method = getattr(self.real, name)
+
+        def locked(*args, **kwargs):
+            if self.holder == threading.get_ident():
+                raise AssertionError(f"log.{name}() from on_kill while the log lock is held: a deadlock")
+            with self.lock:
+                return method(*args, **kwargs)
+
+        return locked
+
+
+def test_worker_on_kill_cancels_and_stops_execute(control, capfd):
     op = submit("tensorone", tensorone_spec(epochs=300), deferrable=False)
+    op._cached_logger = log = LockedLog(op.log)
     ctx = task_context(op)
     outcome: dict = {}
 
@@ -251,9 +272,13 @@ def test_worker_on_kill_cancels_and_stops_execute(control):
     thread.start()
     job_id = wait_for_xcom(ctx, "job_id")
     control.wait_job(job_id, {"running"})
-    op.on_kill()
+    with log.lock:  # the signal interrupted a log write
+        log.holder = threading.get_ident()
+        op.on_kill()
+        log.holder = None
     thread.join(60)
     assert isinstance(outcome.get("error"), TrainingJobCancelledByAirflow), outcome
+    assert f"Task killed: cancel of training job {job_id} requested" in "".join(capfd.readouterr())
     job = control.job(job_id)
     (cancel,) = control.accepted_cancels(job)
     assert job["state"] == "cancelled" and cancel["reason"] == GiveUp.WORKER_KILLED.value
