@@ -47,8 +47,8 @@ CONNECTION_FIELDS = ("password", "login", "host", "schema")
 
 # Words that make a name secret, as a whole word (WANDB_KEY, HF_AUTH) or anywhere (GITHUB_TOKEN,
 # dbPassword). Airflow's own list (``[core] sensitive_var_conn_names`` and its defaults) applies too.
-_SECRET_WORDS = frozenset({"key", "auth", "pwd", "pat", "credential", "credentials", "apikey"})
-_SECRET_PARTS = ("token", "secret", "password", "passwd", "passphrase", "credential", "private_key")
+_SECRET_WORDS = frozenset({"key", "auth", "pwd", "pat"})
+_SECRET_PARTS = ("token", "secret", "password", "passwd", "passphrase", "credential", "apikey", "private_key")
 
 
 class SecretNotFoundError(InvalidJobSpecError):
@@ -127,10 +127,15 @@ def find_references(spec: Any, path: str = "") -> Iterator[tuple[str, SecretRefe
             raise InvalidJobSpecError(where, f"secret reference: {message}") from None
     elif isinstance(spec, dict):
         for key, value in spec.items():
-            yield from find_references(value, f"{path}.{key}" if path else str(key))
+            yield from find_references(value, _join(path, key))
     elif isinstance(spec, list):
         for index, value in enumerate(spec):
-            yield from find_references(value, f"{path}.{index}" if path else str(index))
+            yield from find_references(value, _join(path, index))
+
+
+def _join(path: str, key: Any) -> str:
+    """The dotted path of ``key`` under ``path`` (``""`` is the spec itself)."""
+    return f"{path}.{key}" if path else str(key)
 
 
 def _read_connection(conn_id: str, field: str) -> Any:
@@ -187,9 +192,9 @@ def resolve_references(
             values.append(str(value))
             return str(value)
         if isinstance(node, dict):
-            return {k: resolve(v, f"{path}.{k}" if path else str(k)) for k, v in node.items()}
+            return {k: resolve(v, _join(path, k)) for k, v in node.items()}
         if isinstance(node, list):
-            return [resolve(v, f"{path}.{i}" if path else str(i)) for i, v in enumerate(node)]
+            return [resolve(v, _join(path, i)) for i, v in enumerate(node)]
         return node
 
     return resolve(spec, ""), values
@@ -226,8 +231,8 @@ def _airflow_hides(name: str) -> bool:
 
 def secret_values(spec: Any, dialect: Dialect | None) -> list[str]:
     """The secret values written in ``spec`` (literally or rendered from a template): strings in
-    the dialect's :attr:`~Dialect.secret_fields`, in its environment map under a name that
-    :func:`looks_secret`, and anywhere under a key that looks secret. References are skipped
+    the dialect's :attr:`~Dialect.secret_fields`, and anywhere under a key that
+    :func:`looks_secret` (an environment variable's name included). References are skipped
     (their names are not secrets); with no ``dialect`` only the key rule applies."""
     found: list[str] = []
     if not isinstance(spec, dict):
@@ -236,9 +241,6 @@ def secret_values(spec: Any, dialect: Dialect | None) -> list[str]:
         value = _at(spec, path)
         if isinstance(value, str):
             found.append(value)
-    env = _at(spec, dialect.environment_field) if dialect and dialect.environment_field else None
-    if isinstance(env, dict):
-        found += [v for k, v in env.items() if isinstance(v, str) and looks_secret(str(k))]
 
     def walk(node: Any, secret: bool) -> None:
         if is_reference(node):

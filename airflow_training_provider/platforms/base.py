@@ -251,8 +251,8 @@ class Dialect(ABC):
     #: values are masked in the Rendered Template view and the task log.
     secret_fields: ClassVar[tuple[str, ...]] = ()
     #: dotted path of the spec's environment-variable map (``Environment`` on SageMaker), if the
-    #: platform has one; values under names that look secret are masked, ``wandb_conn_id`` sets
-    #: ``WANDB_API_KEY`` there.
+    #: platform has one: ``wandb_conn_id`` sets ``WANDB_API_KEY`` there. (Values under names that
+    #: look secret are masked there as anywhere in the spec.)
     environment_field: ClassVar[str | None] = None
 
     _unknown_statuses_logged: ClassVar[set[tuple[str, str]]] = set()
