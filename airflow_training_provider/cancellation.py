@@ -19,7 +19,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from airflow_training_provider.models import CancelRequest, JobState, TrainingJob
+from airflow_training_provider.models import CancelRequest, JobState
 
 
 def to_seconds(value: Any) -> Any:
@@ -67,6 +67,26 @@ class EarlierJob(StrEnum):
     SUBMIT = "submit"  # it ended (or is someone else's to stop): submit a new job
     CANCEL_THEN_SUBMIT = "cancel, then submit"  # the task was cleared: stop the old job first
     LEAVE_THEN_SUBMIT = "leave running, then submit"  # cleared, but cancel_on_kill is off
+    AWAIT_STOP = "wait for its stop to end, then decide again"  # it is stopping: never adopt a dying job
+    STILL_STOPPING = "still stopping: neither adopt it nor submit beside it"  # after the wait, still stopping
+
+
+class TryStart(StrEnum):
+    """How the try that finds an earlier job of its task instance started (:func:`try_start`)."""
+
+    FIRST = "first try"  # try 1: a job found is this same try's, run again (an executor re-queue)
+    RETRY = "automatic retry"  # an earlier try failed (or its worker died) and Airflow retries
+    CLEARED = "first try after a clear"  # a user cleared the task instance: a fresh run is wanted
+
+
+class OnWorkerShutdown(StrEnum):
+    """What a try on the worker does with its job when its process is stopped while the task
+    instance is still ``running`` (a deploy, a pod eviction, a spot reclaim, an autoscaler: nobody
+    gave up on the task). The value is the operator parameter ``on_worker_shutdown``."""
+
+    KEEP_FOR_RETRY = "keep_for_retry"  # keep it for the retry to re-attach; on the last try, cancel
+    CANCEL = "cancel"  # always cancel, as if Airflow had given up
+    KEEP = "keep"  # never cancel: the last try leaves it to a clear (reattach_on_clear) or the reaper
 
 
 class CancelPolicy(BaseModel):
@@ -84,7 +104,10 @@ class CancelPolicy(BaseModel):
         platform can).
     :ivar confirm_timeout: seconds to wait for the platform to confirm a cancel.
     :ivar verify_timeout: seconds the trigger's ``on_kill`` may spend asking Airflow what happened.
-    :ivar cancel_if_unverified: cancel even if that question got no answer in time.
+    :ivar cancel_if_unverified: cancel even if that question got no answer in time (the trigger's
+        ``on_kill``, and the worker's when its process is stopped).
+    :ivar on_worker_shutdown: what a try on the worker does with its job when its process is
+        stopped while the task instance is still running (:class:`OnWorkerShutdown`).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -97,6 +120,7 @@ class CancelPolicy(BaseModel):
     confirm_timeout: Seconds = 60.0
     verify_timeout: Seconds = 60.0
     cancel_if_unverified: bool = False
+    on_worker_shutdown: OnWorkerShutdown = OnWorkerShutdown.KEEP_FOR_RETRY
 
     def request(self, reason: str, *, force: bool = False) -> CancelRequest:
         """The platform cancel this policy asks for, recording ``reason``."""
@@ -139,23 +163,75 @@ class CancelPolicy(BaseModel):
             return Decision(True, f"task was cleared (now {ti_state or 'none'}, running another job or none)")
         return Decision(True, f"task is {ti_state}")
 
-    def earlier_job(self, job: TrainingJob, retry: bool) -> EarlierJob:
-        """What a starting try does with ``job``, submitted by an earlier try of its task instance.
+    def after_worker_kill(
+        self, ti_state: str | None, *, verified: bool, timed_out: bool, retry_left: bool
+    ) -> Decision:
+        """Decide in the worker's ``on_kill`` whether Airflow gave up on the task or the worker's
+        process is merely being stopped by its infrastructure.
 
-        * an automatic retry (or a worker crash): running → re-attach; succeeded → adopt;
-          failed/cancelled → submit a new job;
-        * the first try after a clear: with ``reattach_on_clear`` like a retry for a running job;
-          otherwise a running job is cancelled first (or left running if ``cancel_on_kill`` is off).
+        Airflow calls ``on_kill`` in both cases: when it gives up (a user marked the task failed or
+        cleared it, its DAG run failed: the supervisor learns it from its heartbeat and sends
+        SIGTERM) and when the worker itself is stopped (a deploy, a pod eviction, a spot reclaim: the
+        supervisor forwards the SIGTERM it got). Only the task instance's state tells them apart:
+        still ``running`` means nobody gave up.
 
-        :param retry: the try is an automatic retry (:func:`is_retry`), not a clear.
+        :param ti_state: the task instance's state as the API server sees it now.
+        :param verified: the state was read (``False``: no answer in time; ``ti_state`` is ignored).
+        :param timed_out: the try's ``execution_timeout`` ran out (Airflow gave up).
+        :param retry_left: a retry of the task instance follows when this try fails.
         """
-        if retry or self.reattach_on_clear:
-            if not job.is_terminal:
+        if not self.cancel_on_kill:
+            return Decision(
+                False, f"{GiveUp.WORKER_KILLED.value}, but cancel_on_kill is off: the job keeps running"
+            )
+        if timed_out:
+            return Decision(True, GiveUp.EXECUTION_TIMEOUT.value)
+        if verified and ti_state == "success":
+            if self.cancel_on_mark_success:
+                return Decision(True, "task was marked success and cancel_on_mark_success is on")
+            return Decision(False, "task was marked success and cancel_on_mark_success is off")
+        if verified and ti_state != "running":
+            return Decision(True, f"{GiveUp.WORKER_KILLED.value} (task instance now {ti_state or 'gone'})")
+        if not verified and self.cancel_if_unverified:
+            return Decision(
+                True, f"{GiveUp.WORKER_KILLED.value} (state not verified; cancel_if_unverified is on)"
+            )
+        why = "the task instance is still running" if verified else "its state could not be verified in time"
+        interrupted = f"the worker stopped this try while {why}: an interruption, not a give-up"
+        if self.on_worker_shutdown is OnWorkerShutdown.CANCEL:
+            return Decision(True, f"{interrupted}, and on_worker_shutdown is 'cancel'")
+        if retry_left:
+            return Decision(False, f"{interrupted}; the job keeps running and the retry re-attaches to it")
+        if self.on_worker_shutdown is OnWorkerShutdown.KEEP:
+            return Decision(
+                False,
+                f"{interrupted}; no retry remains and on_worker_shutdown is 'keep': the job keeps running "
+                "(a clear with reattach_on_clear re-attaches; otherwise the orphan reaper cancels it)",
+            )
+        return Decision(True, f"{interrupted}, but no retry remains to re-attach: cancelling")
+
+    def earlier_job(self, state: JobState, start: TryStart, *, stop_awaited: bool = False) -> EarlierJob:
+        """What a starting try does with the job (now in ``state``) an earlier try of its task
+        instance submitted. A pure function of the state, how the try started and the policy:
+
+        * a job that is stopping (a give-up's cancel in progress, on any platform) is never adopted:
+          wait for its stop to end, then decide again (``stop_awaited=True``); still stopping after
+          that wait → :attr:`EarlierJob.STILL_STOPPING`;
+        * an automatic retry or a re-run first try: live → re-attach; succeeded → adopt;
+          failed/cancelled → submit a new job (resuming from its checkpoint if asked);
+        * the first try after a clear: with ``reattach_on_clear`` a live job is re-attached;
+          otherwise a live job is cancelled first (left running if ``cancel_on_kill`` is off), and
+          an ended one, even a success, is followed by a new job: a clear asks for a new run.
+        """
+        if state is JobState.STOPPING:
+            return EarlierJob.STILL_STOPPING if stop_awaited else EarlierJob.AWAIT_STOP
+        if start is not TryStart.CLEARED or self.reattach_on_clear:
+            if not state.is_terminal:
                 return EarlierJob.REATTACH
-            if job.state is JobState.SUCCEEDED and retry:
+            if state is JobState.SUCCEEDED and start is not TryStart.CLEARED:
                 return EarlierJob.ADOPT
             return EarlierJob.SUBMIT
-        if job.is_terminal:
+        if state.is_terminal:
             return EarlierJob.SUBMIT
         return EarlierJob.CANCEL_THEN_SUBMIT if self.cancel_on_kill else EarlierJob.LEAVE_THEN_SUBMIT
 
@@ -174,6 +250,14 @@ def reaper_decision(ti_state: str | None, current_job_id: str | None, job_id: st
             return Decision(False, f"task instance is {ti_state} on this job")
         return Decision(True, f"task instance is {ti_state} on another job ({current_job_id})")
     return Decision(True, f"task instance is {ti_state or 'gone'}")
+
+
+def try_start(try_number: int, max_tries: int, retries: int) -> TryStart:
+    """How this try started: the first try, an automatic retry, or the first try after a clear
+    (:func:`is_retry`)."""
+    if try_number <= 1:
+        return TryStart.FIRST
+    return TryStart.RETRY if is_retry(try_number, max_tries, retries) else TryStart.CLEARED
 
 
 def is_retry(try_number: int, max_tries: int, retries: int) -> bool:

@@ -17,6 +17,7 @@ Whether to cancel is always the :class:`~airflow_training_provider.cancellation.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -59,11 +60,13 @@ from airflow_training_provider.models import (
     TrainingJob,
     complete_cancel_result,
 )
+from airflow_training_provider.platforms import platform_job
 from airflow_training_provider.progress import JobReport, describe
 from airflow_training_provider.task_instance_lookup import (
     JOB_ID_XCOM_KEY,
     current_job_id,
     event_cursor_key,
+    task_instance_state,
 )
 from airflow_training_provider.triggers.training_job import TrainingJobTrigger
 
@@ -81,8 +84,10 @@ WORKER_DEADLINE_LEAD = 5.0
 WORKER_CONFIRM_MARGIN = 1.0
 #: operators call the policy's ``confirm_timeout`` this (their other cancel parameters keep its names).
 CONFIRM_TIMEOUT_PARAMETER = {"confirm_timeout": "confirm_cancel_timeout"}
-#: seconds the worker's ``on_kill`` allows its one cancel call (SIGKILL follows SIGTERM after 5 s).
-ON_KILL_CALL_TIMEOUT = 4.0
+#: seconds the worker's ``on_kill`` allows its one cancel call (SIGKILL follows SIGTERM after 5 s)...
+ON_KILL_CALL_TIMEOUT = 3.0
+#: ...after at most this long asking Airflow (through the supervisor) for the task instance's state.
+ON_KILL_VERIFY_TIMEOUT = 1.5
 
 
 class TrainingJobFailed(AirflowException):
@@ -91,6 +96,16 @@ class TrainingJobFailed(AirflowException):
 
 class TrainingJobCancelledByAirflow(AirflowException):
     """This task was killed while waiting (and cancelled its job, if its policy says so)."""
+
+
+class TrainingJobInterrupted(AirflowException):
+    """The worker's process was stopped while the task instance was still running (a deploy, an
+    eviction, a shutdown: nobody gave up on the task); the job was left for the retry to re-attach."""
+
+
+class TrainingJobStillStopping(AirflowException):
+    """An earlier try's job was still stopping after the wait for it: this try neither adopted it
+    nor submitted a new job beside it (a retry looks again)."""
 
 
 class LostContactWithPlatform(AirflowException):
@@ -121,17 +136,36 @@ def parameters(model: type[M], owner: str, renamed: dict[str, str] | None = None
 def job_outcome(job: TrainingJob) -> dict[str, Any]:
     """Map a terminal job to the task's outcome: the job as JSON on success, else raise.
 
-    :raises TrainingJobFailed: job failed (with the platform's message) or was cancelled outside
-        Airflow (this task's own cancels raise before reaching here).
+    :raises TrainingJobFailed: job failed (with the platform's message: its reason, status and
+        the platform's name) or was cancelled outside Airflow (this task's own cancels raise before
+        reaching here).
     """
     if job.state is JobState.SUCCEEDED:
         return job.model_dump(mode="json")
     if job.state is JobState.FAILED:
-        raise TrainingJobFailed(f"Training job {job.id} failed: {job.message or job.raw_status}")
+        why = job.message or "no reason given"
+        raise TrainingJobFailed(f"{platform_job(job)} failed: {why} (platform status {job.raw_status})")
     if job.state is JobState.CANCELLED:
-        why = f" ({job.message})" if job.message else ""
-        raise TrainingJobFailed(f"Training job {job.id} was cancelled outside Airflow{why}")
-    raise TrainingJobFailed(f"Training job {job.id} ended {job.state.value}")
+        why = f": {job.message}" if job.message else ""
+        raise TrainingJobFailed(
+            f"{platform_job(job)} was cancelled outside Airflow (platform status {job.raw_status}){why}"
+        )
+    raise TrainingJobFailed(f"{platform_job(job)} ended {job.state.value} (platform status {job.raw_status})")
+
+
+def retry_left(ti: Any) -> bool:
+    """Whether a retry of task instance ``ti`` follows if its current try fails: Airflow's own
+    answer (the server's ``should_retry``) where the task runner has it, else
+    ``try_number <= max_tries``."""
+    if ti is None:
+        return False
+    from_server = getattr(ti, "_ti_context_from_server", None)
+    if from_server is not None and getattr(from_server, "should_retry", None) is not None:
+        return bool(from_server.should_retry)
+    try:
+        return int(ti.try_number) <= int(ti.max_tries)
+    except (AttributeError, TypeError, ValueError):
+        return False
 
 
 def log_cancel(log: Any, result: CancelResult, job: TrainingJob) -> None:
@@ -182,6 +216,7 @@ class TrainingJobTaskMixin:
         self._stop = threading.Event()
         self._kill_result: CancelResult | None = None
         self._kill_note: tuple[int, str] | None = None  # on_kill's log line, written by execute()
+        self._kill_interrupted = False  # on_kill kept the job: the worker was stopped, nobody gave up
 
     @cached_property
     def hook(self) -> TrainingPlatformHook:
@@ -334,6 +369,7 @@ class TrainingJobTaskMixin:
             the wait cancels a running job :func:`worker_deadline` seconds before it.
         :raises TrainingJobCancelledByAirflow: the task was killed meanwhile.
         """
+        self._remember_try(context, deadline)
         hook = self.hook
         cursor = 0 if hook.dialect.capabilities.events else None
         report = JobReport(self.log)  # type: ignore[attr-defined]
@@ -349,14 +385,30 @@ class TrainingJobTaskMixin:
             self._after_kill(context)
         return outcome
 
+    def _remember_try(self, context: Any, deadline: float | None) -> None:
+        """What ``on_kill`` needs to tell an interruption from a give-up, read now: it may not call
+        Airflow for them from a signal handler."""
+        self._deadline = deadline
+        ti = context.get("ti") if context else None
+        self._identity = TaskIdentity.from_context(context) if ti is not None else None
+        self._retry_left = retry_left(ti)
+
     def _after_kill(self, context: Any) -> None:
-        """After ``on_kill`` asked for the cancel: wait (bounded) for the platform to finish it, then stop."""
+        """After ``on_kill`` decided: wait (bounded) for the platform to finish the cancel it asked
+        for, then stop; or, when it kept the job (an interruption), stop at once."""
         if self._kill_note is not None:
             self.log.log(*self._kill_note)  # type: ignore[attr-defined]
         result = self._kill_result
+        if result is None and self._kill_interrupted:
+            raise TrainingJobInterrupted(
+                f"The worker stopped this try while the task was still running: "
+                f"{platform_job(platform=self.hook.dialect.name, job_id=self.job_id)} keeps running"
+                f"{' and the retry re-attaches to it' if self._retry_left else ''}"
+            )
         if result is None:
             raise TrainingJobCancelledByAirflow(
-                f"Task was killed; training job {self.job_id} was not cancelled"
+                f"Task was killed; {platform_job(platform=self.hook.dialect.name, job_id=self.job_id)} "
+                "was not cancelled"
             )
         if not result.already_terminal:
             job = self.hook.wait_until(
@@ -369,7 +421,9 @@ class TrainingJobTaskMixin:
             log_cancel(self.log, result, job)  # type: ignore[attr-defined]
             if context is not None:
                 context["ti"].xcom_push(key="cancel_result", value=result.model_dump(mode="json"))
-        raise TrainingJobCancelledByAirflow(f"Task was killed; training job {self.job_id} was cancelled")
+        raise TrainingJobCancelledByAirflow(
+            f"Task was killed; {platform_job(platform=self.hook.dialect.name, job_id=self.job_id)} was cancelled"
+        )
 
     def deadline_from_now(self) -> float | None:
         """Absolute UNIX time when ``execution_timeout`` runs out for this try, if one is set."""
@@ -446,8 +500,15 @@ class TrainingJobTaskMixin:
         return result
 
     def on_kill(self) -> None:
-        """Worker-side kill (SIGTERM, ``execution_timeout``): cancel if the policy says so, then make
+        """Worker-side kill (SIGTERM, ``execution_timeout``): decide whether Airflow gave up on the
+        task or the worker's process is just being stopped, cancel if the policy says so, then make
         ``execute()`` stop.
+
+        Airflow calls this when it gives up (a user marked the task failed or cleared it, its DAG
+        run failed, ``execution_timeout``) and also when the worker itself is stopped (a deploy, an
+        eviction: the supervisor forwards the SIGTERM). Only the task instance's state tells them
+        apart (:meth:`CancelPolicy.after_worker_kill`): it is asked of Airflow here, through the
+        supervisor, within :data:`ON_KILL_VERIFY_TIMEOUT` seconds.
 
         Returns within a few seconds: on a server-initiated kill the supervisor SIGKILLs the task
         5 s after SIGTERM. So one cancel call with a short timeout here (a fresh hook: the signal may
@@ -456,8 +517,10 @@ class TrainingJobTaskMixin:
 
         Airflow calls this from its SIGTERM handler, on the main thread, wherever the signal
         interrupted it, possibly inside a log write holding the log file's lock (structlog's, not
-        re-entrant). So nothing here logs or asks the secrets backend: what happened is kept in
-        ``_kill_note`` and ``execute()`` logs it once the handler has returned.
+        re-entrant) or a request to the supervisor holding its channel's lock. So nothing here logs
+        or asks the secrets backend, and the state question runs in a thread that is given up on
+        after the timeout: what happened is kept in ``_kill_note`` and ``execute()`` logs it once
+        the handler has returned.
         """
         try:
             self._kill_result, self._kill_note = self._cancel_on_kill()
@@ -465,34 +528,104 @@ class TrainingJobTaskMixin:
             self._stop.set()
 
     def _cancel_on_kill(self) -> tuple[CancelResult | None, tuple[int, str] | None]:
-        decision = self.cancel_policy.decide(GiveUp.WORKER_KILLED)
         if not self.job_id:
             return None, None
+        timed_out = isinstance(sys.exc_info()[1], AirflowTaskTimeout) or self._past_deadline()
+        verified, state = (False, None)
+        if self.cancel_policy.cancel_on_kill and not timed_out:
+            verified, state = self._task_instance_state_now()
+        decision = self.cancel_policy.after_worker_kill(
+            state, verified=verified, timed_out=timed_out, retry_left=getattr(self, "_retry_left", False)
+        )
         if not decision.cancel:
+            self._kill_interrupted = self.cancel_policy.cancel_on_kill and not timed_out
             return None, (logging.WARNING, f"Task killed: {decision.reason} (job {self.job_id})")
         # the connection already read by the main hook: no secrets-backend call in a signal handler
         hook = self.hook.sibling(RetryPolicy(call_timeout=ON_KILL_CALL_TIMEOUT, max_attempts=1))
+        reason = GiveUp.EXECUTION_TIMEOUT if timed_out else GiveUp.WORKER_KILLED
         try:
-            result = hook.cancel_job(self.job_id, self.cancel_policy.request(GiveUp.WORKER_KILLED.value))
+            result = hook.cancel_job(self.job_id, self.cancel_policy.request(reason.value))
         except TrainingPlatformError as exc:
             return None, (logging.ERROR, f"Cancelling training job {self.job_id} on kill failed: {exc}")
         note = (
             f"Task killed: cancel of training job {self.job_id} requested (state {result.state.value}, "
-            f"final checkpoint {result.final_checkpoint_id or 'pending'})"
+            f"final checkpoint {result.final_checkpoint_id or 'pending'}): {decision.reason}"
         )
         return result, (logging.WARNING, note)
 
+    def _past_deadline(self) -> bool:
+        """The try's ``execution_timeout`` has (all but) run out: Airflow's SIGALRM is due."""
+        deadline = getattr(self, "_deadline", None)
+        return deadline is not None and time.time() >= (self.worker_deadline(deadline) or deadline)
+
+    def _task_instance_state_now(self) -> tuple[bool, str | None]:
+        """``(answered, state)``: the task instance's state as the API server sees it, asked in a
+        thread and given up on after :data:`ON_KILL_VERIFY_TIMEOUT` seconds (the signal may have
+        interrupted this very thread inside a request to the supervisor: the thread then waits for
+        that request's lock and the question goes unanswered, which the policy treats as such)."""
+        identity = getattr(self, "_identity", None)
+        if identity is None:
+            return False, None
+        answer: dict[str, str | None] = {}
+
+        def ask() -> None:
+            try:
+                answer["state"] = task_instance_state(identity)
+            except Exception:  # noqa: BLE001 - unanswered: the policy decides what that means
+                pass
+
+        thread = threading.Thread(target=ask, name=f"on-kill-state-{self.job_id}", daemon=True)
+        thread.start()
+        thread.join(ON_KILL_VERIFY_TIMEOUT)
+        return ("state" in answer), answer.get("state")
+
     def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Any):
         """On ``__fail__`` (deferral timed out, trigger crashed) cancel the job, if the policy says so,
-        before failing. The job id comes from XCom: ``next_kwargs`` are replaced by the error here."""
-        if next_method == TRIGGER_FAIL_REPR and self.cancel_policy.decide(GiveUp.DEFERRAL_FAILED).cancel:
-            job_id = current_job_id(TaskIdentity.from_context(context))
-            if job_id:
-                self.job_id = job_id
-                self.log.warning(  # type: ignore[attr-defined]
-                    "Deferral failed (%s): cancelling training job %s",
-                    (next_kwargs or {}).get("error"),
-                    job_id,
-                )
-                self.cancel_and_report(job_id, GiveUp.DEFERRAL_FAILED.value, context)
-        return super().resume_execution(next_method, next_kwargs, context)  # type: ignore[misc]
+        then fail naming the platform, the job and what became of it (Airflow's own exception says
+        only "Trigger failure"). The job id comes from XCom: ``next_kwargs`` are replaced by the
+        error here.
+
+        :raises TaskDeferralTimeout: the deferral timed out (``defer_timeout``).
+        :raises TaskDeferralError: the trigger failed.
+        """
+        if next_method != TRIGGER_FAIL_REPR:
+            return super().resume_execution(next_method, next_kwargs, context)  # type: ignore[misc]
+        from airflow.sdk.exceptions import TaskDeferralError, TaskDeferralTimeout
+
+        next_kwargs = next_kwargs or {}
+        error = str(next_kwargs.get("error") or "Trigger failure")
+        if traceback := next_kwargs.get("traceback"):
+            self.log.error("Trigger failed:\n%s", "\n".join(traceback))  # type: ignore[attr-defined]
+        try:
+            job_id = current_job_id(TaskIdentity.from_context(context)) or self.job_id
+        except Exception as exc:  # noqa: BLE001 - no XCom access (dag.test, this process's tests)
+            self.log.warning("The job id of this try could not be read (%s)", exc)  # type: ignore[attr-defined]
+            job_id = self.job_id
+        fate = "no job was recorded for this try"
+        if job_id:
+            self.job_id = job_id
+            fate = self._give_up_after_deferral(job_id, error, context)
+        what = platform_job(platform=self._platform_name(), job_id=job_id) if job_id else "a training job"
+        exception = TaskDeferralTimeout if error == "Trigger timeout" else TaskDeferralError
+        raise exception(f"{error} while waiting on {what}: {fate}")
+
+    def _give_up_after_deferral(self, job_id: str, error: str, context: Any) -> str:
+        """Cancel ``job_id`` after a failed deferral if the policy says so; what became of it."""
+        decision = self.cancel_policy.decide(GiveUp.DEFERRAL_FAILED)
+        if not decision.cancel:
+            return f"the job was left running ({decision.reason})"
+        self.log.warning("Deferral failed (%s): cancelling training job %s", error, job_id)  # type: ignore[attr-defined]
+        try:
+            result = self.cancel_and_report(job_id, GiveUp.DEFERRAL_FAILED.value, context)
+        except TrainingPlatformError as exc:
+            self.log.error("Cancelling training job %s failed: %s", job_id, exc)  # type: ignore[attr-defined]
+            return f"cancelling the job failed ({exc}); it may still be running"
+        if result.already_terminal:
+            return f"the job had already ended {result.state.value}"
+        return f"the job was cancelled (state {result.state.value}, final checkpoint {result.final_checkpoint_id})"
+
+    def _platform_name(self) -> str | None:
+        try:
+            return self.hook.dialect.name
+        except Exception:  # noqa: BLE001 - only for the message
+            return None

@@ -18,6 +18,7 @@ from airflow_training_provider.errors import TrainingPlatformError, TransientPla
 from airflow_training_provider.lifecycle.guards import Guards, GuardStop, GuardWatch, best_checkpoint
 from airflow_training_provider.lifecycle.operations import JobOperations, Operation, is_terminal
 from airflow_training_provider.models import CancelResult, TrainingJob, complete_cancel_result
+from airflow_training_provider.platforms import platform_job
 
 
 class Polling(BaseModel):
@@ -147,11 +148,12 @@ def wait_for_job(
         return LostContact(
             job_id=job_id,
             message=f"Lost contact with the platform for more than {polling.outage_budget:.0f} s while "
-            f"polling job {job_id}; the job was NOT cancelled and a retry of this task re-attaches to it. "
-            f"Last error: {exc}",
+            f"polling {platform_job(platform=ops.dialect.name, job_id=job_id)}; the job was NOT cancelled "
+            f"and a retry of this task re-attaches to it. Last error: {exc}",
         )
     except TrainingPlatformError as exc:
-        return PollFailed(job_id=job_id, message=f"Polling training job {job_id} failed: {exc}")
+        what = platform_job(platform=ops.dialect.name, job_id=job_id)
+        return PollFailed(job_id=job_id, message=f"Polling {what} failed: {exc}")
     if watch is not None and watch.fired is not None:
         return (yield from stop_for_guard(ops, job_id, watch.fired, polling, policy, cursor or 0))
     if job.is_terminal:

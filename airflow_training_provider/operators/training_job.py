@@ -8,6 +8,7 @@ worker) → the final job as the return value, or a failure that says why.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
@@ -17,7 +18,14 @@ from airflow.sdk.configuration import conf
 from airflow.sdk.exceptions import AirflowFailException
 from pydantic import BaseModel
 
-from airflow_training_provider.cancellation import CancelPolicy, EarlierJob, GiveUp, Seconds, is_retry
+from airflow_training_provider.cancellation import (
+    CancelPolicy,
+    EarlierJob,
+    GiveUp,
+    Seconds,
+    TryStart,
+    try_start,
+)
 from airflow_training_provider.errors import InvalidJobSpecError, JobNotFoundError, TrainingPlatformError
 from airflow_training_provider.hooks.training import TrainingPlatformHook
 from airflow_training_provider.identity import TaskIdentity
@@ -27,10 +35,13 @@ from airflow_training_provider.job_task import (
     LostContactWithPlatform,
     TrainingJobCancelledByAirflow,
     TrainingJobFailed,
+    TrainingJobInterrupted,
+    TrainingJobStillStopping,
     TrainingJobTaskMixin,
     job_outcome,
     log_cancel,
     parameters,
+    platform_job,
 )
 from airflow_training_provider.lifecycle.guards import Guards, for_platform, unsupported
 from airflow_training_provider.lifecycle.operations import is_stopping_or_terminal, is_terminal
@@ -52,6 +63,8 @@ __all__ = [
     "SubmitTrainingJobOperator",
     "TrainingJobCancelledByAirflow",
     "TrainingJobFailed",
+    "TrainingJobInterrupted",
+    "TrainingJobStillStopping",
     "job_outcome",
 ]
 
@@ -76,10 +89,19 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
     :param cancel_on_mark_success: also cancel when a user marks the deferred task success.
     :param reattach_on_clear: after a clear, re-attach to an earlier try's running job instead of
         cancelling it and submitting a new one.
+    :param on_worker_shutdown: what a try waiting on the worker does with its job when its process
+        is stopped while the task instance is still ``running`` — a deploy, a pod eviction, a spot
+        reclaim, an autoscaler (nobody gave up on the task; only the task instance's state, asked
+        of Airflow in ``on_kill``, tells this from a give-up): ``"keep_for_retry"`` (default) keeps
+        the job running for the retry to re-attach, and cancels it (with a final checkpoint) when
+        no retry remains; ``"cancel"`` always cancels; ``"keep"`` never does (on the last try the
+        job is left to a clear with ``reattach_on_clear``, or to the orphan reaper).
     :param preserve_checkpoints: on cancel, keep the job's checkpoints.
     :param create_final_checkpoint: on cancel, ask the job to save a final checkpoint (where the
         platform can).
-    :param confirm_cancel_timeout: seconds to wait for the platform to confirm a cancel.
+    :param confirm_cancel_timeout: seconds to wait for the platform to confirm a cancel; also how
+        long a try waits for an earlier try's job that is stopping before deciding what to do
+        (it never re-attaches to a job that is being stopped).
     :param resume_from_checkpoint: a retry of this task instance whose earlier job failed or was
         cancelled starts from that job's last saved checkpoint (platforms that can resume); a new
         DAG run never does.
@@ -151,6 +173,7 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
         cancel_on_kill: bool = True,
         cancel_on_mark_success: bool = False,
         reattach_on_clear: bool = False,
+        on_worker_shutdown: str = "keep_for_retry",
         preserve_checkpoints: bool = True,
         create_final_checkpoint: bool = True,
         confirm_cancel_timeout: float | timedelta = 60.0,
@@ -189,6 +212,7 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
             cancel_on_kill=cancel_on_kill,
             cancel_on_mark_success=cancel_on_mark_success,
             reattach_on_clear=reattach_on_clear,
+            on_worker_shutdown=on_worker_shutdown,
             preserve_checkpoints=preserve_checkpoints,
             create_final_checkpoint=create_final_checkpoint,
         )
@@ -242,7 +266,7 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
             raise AirflowFailException(f"Parameter {refused[0]!r}: {refused[1]} (nothing was submitted)")
         self.guards = for_platform(self.guards, hook.dialect.capabilities)
         identity = TaskIdentity.from_context(context)
-        job = self.previous_job_to_resume(context, identity)
+        job = self.previous_job_to_resume(context, identity, deadline)
         if job is None:
             if self._resume_from is not None:
                 spec = hook.dialect.resume_spec(spec, *self._resume_from) or spec
@@ -322,10 +346,17 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
                 {"job_id": job.id, "try_number": identity.try_number, "platform": self.hook.dialect.name},
             )
 
-    def previous_job_to_resume(self, context: Any, identity: TaskIdentity) -> TrainingJob | None:
+    def previous_job_to_resume(
+        self, context: Any, identity: TaskIdentity, deadline: float | None = None
+    ) -> TrainingJob | None:
         """The earlier try's job to wait on (re-attach) or to take the result of (adopt), if any;
         otherwise ``None`` after dealing with it as the cancel policy says
-        (:meth:`CancelPolicy.earlier_job`)."""
+        (:meth:`CancelPolicy.earlier_job`).
+
+        A job that is stopping is never adopted: the try waits (``confirm_cancel_timeout`` seconds
+        at most, and no later than ``deadline``) for the stop to end, then decides again.
+
+        :raises TrainingJobStillStopping: the earlier job was still stopping after that wait."""
         previous_id = self._previous_job_id(context, identity)
         if previous_id is None:
             if identity.try_number > 1:
@@ -341,12 +372,21 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
             )
             return None
         ti = context["ti"]
-        retry = is_retry(ti.try_number, ti.max_tries, self.retries or 0)
-        action = self.cancel_policy.earlier_job(job, retry)
+        start = try_start(ti.try_number, ti.max_tries, self.retries or 0)
+        action = self.cancel_policy.earlier_job(job.state, start)
         if action is EarlierJob.CANCEL_THEN_SUBMIT:
             job = self._await_cancel_by_old_trigger(job)
             if job.is_terminal:
                 action = EarlierJob.SUBMIT
+        if action is EarlierJob.AWAIT_STOP:
+            job = self._await_stop(job, deadline)
+            action = self.cancel_policy.earlier_job(job.state, start, stop_awaited=True)
+        if action is EarlierJob.STILL_STOPPING:
+            raise TrainingJobStillStopping(
+                f"{platform_job(job)} of an earlier try is still stopping after "
+                f"{self.cancel_policy.confirm_timeout:.0f} s: this try neither adopts it nor submits a "
+                "new job beside it (a retry looks again)"
+            )
         if action is EarlierJob.REATTACH:
             self.log.info("Re-attaching to training job %s of an earlier try (%s)", job.id, job.state.value)
             return job
@@ -365,7 +405,11 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
                 "Task was cleared: training job %s of an earlier try keeps running (cancel_on_kill is off)",
                 job.id,
             )
-        elif retry and self.resume_from_checkpoint and job.state in (JobState.FAILED, JobState.CANCELLED):
+        elif (
+            start is TryStart.RETRY
+            and self.resume_from_checkpoint
+            and job.state in (JobState.FAILED, JobState.CANCELLED)
+        ):
             self._remember_resume_point(job)
         return None
 
@@ -388,6 +432,27 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
                 polling.confirm_interval,
                 polling.outage_budget,
             )
+        if job.is_terminal:
+            self.log.info("Training job %s of the earlier try ended %s", job.id, job.state.value)
+        return job
+
+    def _await_stop(self, job: TrainingJob, deadline: float | None) -> TrainingJob:
+        """An earlier try's job is stopping (that try's give-up asked for it, or the platform stops
+        it): wait for it to end, ``confirm_cancel_timeout`` seconds at most and no later than
+        ``deadline`` (UNIX seconds: this try's own give-up takes precedence). The job as last seen."""
+        timeout = self.cancel_policy.confirm_timeout
+        if deadline is not None:
+            timeout = max(0.0, min(timeout, self.worker_deadline(deadline) - time.time()))
+        self.log.warning(
+            "Training job %s of an earlier try is stopping: waiting up to %.0f s for it to end before "
+            "deciding (a dying job is never adopted)",
+            job.id,
+            timeout,
+        )
+        polling = self.polling
+        job = self.hook.wait_until(
+            job.id, is_terminal, timeout, polling.confirm_interval, polling.outage_budget
+        )
         if job.is_terminal:
             self.log.info("Training job %s of the earlier try ended %s", job.id, job.state.value)
         return job

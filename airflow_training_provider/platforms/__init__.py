@@ -3,6 +3,7 @@ Airflow connection type. Adding a platform adds its module to :data:`PLATFORMS` 
 
 from __future__ import annotations
 
+from airflow_training_provider.models import TrainingJob
 from airflow_training_provider.platforms import modelarts, pai, sagemaker, tensorone, together
 from airflow_training_provider.platforms.base import (
     ApiRequest,
@@ -33,6 +34,21 @@ def get_platform(conn_type: str) -> PlatformDescriptor:
         ) from None
 
 
+def display_name(platform: str | None) -> str | None:
+    """The display name of the platform whose dialect is named ``platform`` (a job's ``platform``:
+    ``"sagemaker"`` → ``"AWS SageMaker"``); an unknown name as it is."""
+    return next((p.display_name for p in PLATFORMS.values() if p.dialect.name == platform), platform)
+
+
+def platform_job(
+    job: TrainingJob | None = None, *, platform: str | None = None, job_id: str | None = None
+) -> str:
+    """How every failure names a job: ``"AWS SageMaker training job churn-1-t1"``, from ``job``
+    or from ``platform`` (a dialect name) and ``job_id``."""
+    shown = display_name(job.platform if job is not None else platform)
+    return f"{shown + ' ' if shown else ''}training job {job.id if job is not None else job_id}"
+
+
 def get_dialect(conn_type: str) -> Dialect:
     """A new dialect for connection type ``conn_type``. :raises ValueError: unknown type."""
     return get_platform(conn_type).dialect()
@@ -46,6 +62,8 @@ __all__ = [
     "Dialect",
     "HttpRequest",
     "PlatformDescriptor",
+    "display_name",
     "get_dialect",
     "get_platform",
+    "platform_job",
 ]

@@ -11,8 +11,10 @@ from airflow_training_provider.cancellation import (
     CancelPolicy,
     EarlierJob,
     GiveUp,
+    TryStart,
     is_retry,
     reaper_decision,
+    try_start,
 )
 from airflow_training_provider.identity import TaskIdentity
 from airflow_training_provider.models import JobState, TrainingJob
@@ -67,24 +69,122 @@ def test_the_task_giving_up_cancels_only_if_the_policy_owns_the_job(why, policy,
     assert why.value in decision.reason
 
 
+REATTACH_ON_CLEAR = CancelPolicy(reattach_on_clear=True)
+E, S = EarlierJob, JobState
+F, R, C = TryStart.FIRST, TryStart.RETRY, TryStart.CLEARED
+
+# Every normalized state × how the try started, for the default policy, a sensor's (cancel_on_kill
+# off) and reattach_on_clear: (state, first try re-run, automatic retry, first try after a clear).
+EARLIER_JOB_TABLE = {
+    DEFAULT: [
+        (S.PENDING, E.REATTACH, E.REATTACH, E.CANCEL_THEN_SUBMIT),
+        (S.QUEUED, E.REATTACH, E.REATTACH, E.CANCEL_THEN_SUBMIT),
+        (S.STARTING, E.REATTACH, E.REATTACH, E.CANCEL_THEN_SUBMIT),
+        (S.RUNNING, E.REATTACH, E.REATTACH, E.CANCEL_THEN_SUBMIT),  # K13 / K13 / K2
+        (S.STOPPING, E.AWAIT_STOP, E.AWAIT_STOP, E.AWAIT_STOP),  # K23: never adopt a dying job
+        (S.SUCCEEDED, E.ADOPT, E.ADOPT, E.SUBMIT),  # K13b; a clear re-runs a finished task
+        (S.FAILED, E.SUBMIT, E.SUBMIT, E.SUBMIT),
+        (S.CANCELLED, E.SUBMIT, E.SUBMIT, E.SUBMIT),  # K5: the retry starts clean
+    ],
+    SENSOR: [
+        (S.PENDING, E.REATTACH, E.REATTACH, E.LEAVE_THEN_SUBMIT),
+        (S.QUEUED, E.REATTACH, E.REATTACH, E.LEAVE_THEN_SUBMIT),
+        (S.STARTING, E.REATTACH, E.REATTACH, E.LEAVE_THEN_SUBMIT),
+        (S.RUNNING, E.REATTACH, E.REATTACH, E.LEAVE_THEN_SUBMIT),
+        (S.STOPPING, E.AWAIT_STOP, E.AWAIT_STOP, E.AWAIT_STOP),
+        (S.SUCCEEDED, E.ADOPT, E.ADOPT, E.SUBMIT),
+        (S.FAILED, E.SUBMIT, E.SUBMIT, E.SUBMIT),
+        (S.CANCELLED, E.SUBMIT, E.SUBMIT, E.SUBMIT),
+    ],
+    REATTACH_ON_CLEAR: [
+        (S.PENDING, E.REATTACH, E.REATTACH, E.REATTACH),
+        (S.QUEUED, E.REATTACH, E.REATTACH, E.REATTACH),
+        (S.STARTING, E.REATTACH, E.REATTACH, E.REATTACH),
+        (S.RUNNING, E.REATTACH, E.REATTACH, E.REATTACH),  # K2b
+        (S.STOPPING, E.AWAIT_STOP, E.AWAIT_STOP, E.AWAIT_STOP),
+        (S.SUCCEEDED, E.ADOPT, E.ADOPT, E.SUBMIT),
+        (S.FAILED, E.SUBMIT, E.SUBMIT, E.SUBMIT),
+        (S.CANCELLED, E.SUBMIT, E.SUBMIT, E.SUBMIT),
+    ],
+}
+
+
+def test_the_earlier_job_table_covers_every_state():
+    for rows in EARLIER_JOB_TABLE.values():
+        assert [row[0] for row in rows] == list(JobState)
+
+
 @pytest.mark.parametrize(
-    ("policy", "state", "retry", "action"),
+    ("policy", "state", "start", "action"),
     [
-        (DEFAULT, JobState.RUNNING, True, EarlierJob.REATTACH),  # K13: worker crash, retry
-        (DEFAULT, JobState.QUEUED, True, EarlierJob.REATTACH),
-        (DEFAULT, JobState.SUCCEEDED, True, EarlierJob.ADOPT),  # K13b
-        (DEFAULT, JobState.FAILED, True, EarlierJob.SUBMIT),
-        (DEFAULT, JobState.CANCELLED, True, EarlierJob.SUBMIT),  # K5: the retry starts clean
-        (DEFAULT, JobState.RUNNING, False, EarlierJob.CANCEL_THEN_SUBMIT),  # K2: clear
-        (DEFAULT, JobState.STOPPING, False, EarlierJob.CANCEL_THEN_SUBMIT),
-        (DEFAULT, JobState.SUCCEEDED, False, EarlierJob.SUBMIT),  # a clear re-runs a finished task
-        (SENSOR, JobState.RUNNING, False, EarlierJob.LEAVE_THEN_SUBMIT),
-        (CancelPolicy(reattach_on_clear=True), JobState.RUNNING, False, EarlierJob.REATTACH),  # K2b
-        (CancelPolicy(reattach_on_clear=True), JobState.SUCCEEDED, False, EarlierJob.SUBMIT),
+        (policy, row[0], start, row[i + 1])
+        for policy, rows in EARLIER_JOB_TABLE.items()
+        for row in rows
+        for i, start in enumerate((F, R, C))
     ],
 )
-def test_earlier_job(policy, state, retry, action):
-    assert policy.earlier_job(job(state), retry) is action
+def test_earlier_job(policy, state, start, action):
+    assert policy.earlier_job(state, start) is action
+
+
+@pytest.mark.parametrize("policy", list(EARLIER_JOB_TABLE))
+@pytest.mark.parametrize("start", list(TryStart))
+def test_a_stop_that_did_not_end_in_the_wait_is_reported_never_adopted(policy, start):
+    assert policy.earlier_job(JobState.STOPPING, start, stop_awaited=True) is EarlierJob.STILL_STOPPING
+    # once the stop ended, the ended job decides like any other
+    assert policy.earlier_job(JobState.CANCELLED, start, stop_awaited=True) is EarlierJob.SUBMIT
+
+
+@pytest.mark.parametrize(
+    ("try_number", "max_tries", "retries", "start"),
+    [(1, 1, 1, F), (2, 1, 1, R), (2, 2, 1, C), (1, 0, 0, F), (2, 1, 0, C)],
+)
+def test_try_start(try_number, max_tries, retries, start):
+    assert try_start(try_number, max_tries, retries) is start
+
+
+# The worker's on_kill: (policy, TI state, verified, timed out, retry left) → cancel?
+KEEP = CancelPolicy(on_worker_shutdown="keep")
+ALWAYS = CancelPolicy(on_worker_shutdown="cancel")
+
+
+@pytest.mark.parametrize(
+    ("policy", "state", "verified", "timed_out", "retry_left", "cancel"),
+    [
+        (DEFAULT, "running", True, False, True, False),  # K22: a worker shutdown, the retry re-attaches
+        (DEFAULT, "running", True, False, False, True),  # ...on the last try nobody would: cancel
+        (KEEP, "running", True, False, False, False),  # ...unless asked to keep it
+        (ALWAYS, "running", True, False, True, True),  # the old behaviour, on request
+        (DEFAULT, "failed", True, False, True, True),  # K12: marked failed while running
+        (DEFAULT, "restarting", True, False, True, True),  # cleared while running
+        (DEFAULT, "up_for_retry", True, False, True, True),
+        (DEFAULT, None, True, False, True, True),  # the task instance is gone
+        (DEFAULT, "success", True, False, True, False),  # marked success: K3's rule
+        (CancelPolicy(cancel_on_mark_success=True), "success", True, False, True, True),
+        (DEFAULT, "running", True, True, True, True),  # K11: execution_timeout is a give-up
+        (DEFAULT, None, False, True, True, True),
+        (DEFAULT, None, False, False, True, False),  # unverified: not a give-up we know of
+        (DEFAULT, None, False, False, False, True),  # ...and no retry would re-attach
+        (CancelPolicy(cancel_if_unverified=True), None, False, False, True, True),
+        (SENSOR, "failed", True, False, True, False),  # a sensor does not own its job
+        (SENSOR, "running", True, True, False, False),
+    ],
+)
+def test_after_worker_kill(policy, state, verified, timed_out, retry_left, cancel):
+    decision = policy.after_worker_kill(state, verified=verified, timed_out=timed_out, retry_left=retry_left)
+    assert decision.cancel is cancel, decision.reason
+
+
+def test_after_worker_kill_says_why():
+    kept = DEFAULT.after_worker_kill("running", verified=True, timed_out=False, retry_left=True)
+    assert "still running" in kept.reason and "re-attaches" in kept.reason
+    last = DEFAULT.after_worker_kill("running", verified=True, timed_out=False, retry_left=False)
+    assert "no retry remains" in last.reason
+
+
+def test_on_worker_shutdown_names_its_values():
+    with pytest.raises(ValidationError, match="keep_for_retry"):
+        CancelPolicy(on_worker_shutdown="sometimes")
 
 
 @pytest.mark.parametrize(

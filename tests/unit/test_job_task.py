@@ -6,7 +6,12 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from airflow.sdk.exceptions import AirflowException, AirflowTaskTimeout
+from airflow.sdk.exceptions import (
+    AirflowException,
+    AirflowTaskTimeout,
+    TaskDeferralError,
+    TaskDeferralTimeout,
+)
 
 from airflow_training_provider.job_task import LostContactWithPlatform, TrainingJobFailed
 from airflow_training_provider.lifecycle.waiting import DeadlineReached, JobFinished, LostContact, PollFailed
@@ -38,11 +43,16 @@ def test_a_succeeded_job_is_the_return_value():
 @pytest.mark.parametrize(
     ("state", "message", "expected"),
     [
-        (JobState.FAILED, "CUDA out of memory", "Training job j1 failed: CUDA out of memory"),
+        (
+            JobState.FAILED,
+            "CUDA out of memory",
+            "TensorOne training job j1 failed: CUDA out of memory (platform status failed)",
+        ),
         (
             JobState.CANCELLED,
             "billing_limit: no money",
-            "was cancelled outside Airflow (billing_limit: no money)",
+            "TensorOne training job j1 was cancelled outside Airflow (platform status cancelled): "
+            "billing_limit: no money",
         ),
     ],
 )
@@ -84,3 +94,18 @@ def test_durations_take_timedeltas_and_bad_values_name_the_parameter():
 def test_conn_id_is_required():
     with pytest.raises(TypeError, match="conn_id"):
         SubmitTrainingJobOperator(task_id="t", spec={})
+
+
+@pytest.mark.parametrize(
+    ("error", "exception"), [("Trigger failure", TaskDeferralError), ("Trigger timeout", TaskDeferralTimeout)]
+)
+def test_a_failed_deferral_names_the_platform_the_job_and_what_became_of_it(error, exception, monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", '{"conn_type": "aws", "login": "AKIAX", "password": "s"}')
+    sensor = TrainingJobSensor(task_id="s", conn_id="aws_default", job_id="churn-1-t1", deferrable=True)
+    kwargs = {"error": error, "traceback": ["Traceback (most recent call last):", "KeyError: 'x'"]}
+    with pytest.raises(exception) as raised:
+        sensor.resume_execution("__fail__", kwargs, task_context(sensor))
+    assert str(raised.value) == (
+        f"{error} while waiting on AWS SageMaker training job churn-1-t1: the job was left running "
+        "(Airflow gave up waiting (trigger timeout or failure), but cancel_on_kill is off: the job keeps running)"
+    )
