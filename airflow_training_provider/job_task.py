@@ -425,10 +425,19 @@ class TrainingJobTaskMixin:
             f"Task was killed; {platform_job(platform=self.hook.dialect.name, job_id=self.job_id)} was cancelled"
         )
 
-    def deadline_from_now(self) -> float | None:
-        """Absolute UNIX time when ``execution_timeout`` runs out for this try, if one is set."""
+    def deadline_from_now(self, context: Any = None) -> float | None:
+        """Absolute UNIX time when ``execution_timeout`` runs out for this try, if one is set:
+        counted from the try's ``start_date`` (as Airflow counted it for deferred tasks before 3.x),
+        not from when ``execute()`` began, which may be seconds later on a loaded worker (DAG
+        parsing, start-up); from now when the start is not known."""
         timeout = getattr(self, "execution_timeout", None)
-        return None if timeout is None else time.time() + timeout.total_seconds()
+        if timeout is None:
+            return None
+        start = time.time()
+        started = getattr(context.get("ti"), "start_date", None) if context else None
+        if isinstance(started, datetime):
+            start = min(start, started.timestamp())
+        return start + timeout.total_seconds()
 
     def worker_deadline(self, deadline: float | None) -> float | None:
         """When a wait on the worker gives up: :data:`WORKER_DEADLINE_LEAD` seconds (at most a fifth

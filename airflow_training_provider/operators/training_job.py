@@ -252,7 +252,7 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         self.job_reference_published = False  # until a job is known (the console link asks)
-        deadline = self.deadline_from_now()
+        deadline = self.deadline_from_now(context)
         hook = self.hook
         try:
             spec = self._spec_to_submit(hook)

@@ -91,7 +91,7 @@ class TrainingJobSensor(TrainingJobTaskMixin, BaseSensorOperator):
             return ended
         # the sensor's own timeout applies deferred as in poke mode; the earlier deadline wins
         deadlines = [(time.time() + self.timeout, "sensor_timeout")]
-        if (execution := self.deadline_from_now()) is not None:
+        if (execution := self.deadline_from_now(context)) is not None:
             deadlines.append((execution, "execution_timeout"))
         deadline, kind = min(deadlines)
         self.defer_on(job, context, deadline, kind)

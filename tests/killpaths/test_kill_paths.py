@@ -289,3 +289,26 @@ def test_k20_each_event_once_in_order_across_triggerer_restart(outcome):
     assert seen == platform_events, "events missing, repeated or out of order in the task log:\n" + "\n".join(
         trail
     )
+
+
+@scenario("k22_worker_shutdown")
+def test_k22_a_worker_shutdown_keeps_the_job_and_the_retry_reattaches(outcome):
+    job = outcome.notes["job"]
+    assert outcome.submits == 1 and outcome.cancels == [], "a deploy must not cost the training"
+    assert outcome.notes["try_number"] == 2 and outcome.notes["xcom_job"] == job["job_id"]
+    assert outcome.notes["job_state"] == "running"
+    assert "the task instance is still running" in outcome.notes["log1"], _provider_lines(
+        outcome.notes["log1"]
+    )
+
+
+@scenario("k23_retry_during_stop")
+def test_k23_a_retry_never_adopts_a_job_that_is_stopping(outcome):
+    first, second = outcome.notes["first"], outcome.notes["second"]
+    assert outcome.submits == 2 and second["job_id"] != first["job_id"]
+    assert_cancelled_once_keeping_checkpoints(outcome, first)
+    assert second["created_at"] >= first["finished_at"], "the retry's job ran beside the dying one"
+    log2 = outcome.notes["log2"]
+    assert "is stopping: waiting up to" in log2, _provider_lines(log2)
+    assert "Re-attaching" not in log2, _provider_lines(log2)
+    assert second["resume_from"], "the retry did not resume from the stopped job's checkpoint"

@@ -109,3 +109,15 @@ def test_a_failed_deferral_names_the_platform_the_job_and_what_became_of_it(erro
         f"{error} while waiting on AWS SageMaker training job churn-1-t1: the job was left running "
         "(Airflow gave up waiting (trigger timeout or failure), but cancel_on_kill is off: the job keeps running)"
     )
+
+
+def test_execution_timeout_counts_from_the_try_start_not_from_execute():
+    from datetime import UTC, datetime
+    from types import SimpleNamespace
+
+    op = operator(execution_timeout=timedelta(seconds=25))
+    started = datetime.now(UTC) - timedelta(seconds=7)  # the worker took 7 s to reach execute()
+    deadline = op.deadline_from_now({"ti": SimpleNamespace(start_date=started)})
+    assert deadline == pytest.approx(started.timestamp() + 25, abs=1e-6)
+    assert op.deadline_from_now() == pytest.approx(datetime.now(UTC).timestamp() + 25, abs=1)
+    assert operator().deadline_from_now({"ti": SimpleNamespace(start_date=started)}) is None

@@ -94,16 +94,17 @@ class KillPathEnv:
             str(root / "platform"),
             gpus=24,
             seconds_per_epoch=0.5,
+            grace_seconds=40,  # K23: a stop writes a slow final checkpoint (up to 2 x 15 s)
             api_key=API_KEY,
             sagemaker_access_key_id=AWS_ACCESS_KEY_ID,
             sagemaker_secret_access_key=API_KEY,
-            sagemaker_stop_grace_seconds=20,
+            sagemaker_stop_grace_seconds=40,
             pai_access_key_id=PAI_ACCESS_KEY_ID,
             pai_access_key_secret=API_KEY,
-            pai_stop_grace_seconds=20,
+            pai_stop_grace_seconds=40,
             modelarts_access_key=MODELARTS_ACCESS_KEY,
             modelarts_secret_key=API_KEY,
-            modelarts_stop_grace_seconds=20,
+            modelarts_stop_grace_seconds=40,
         )
         server.start()
         dags = root / "dags"

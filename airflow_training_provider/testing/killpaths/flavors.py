@@ -29,9 +29,12 @@ def tensorone_spec(
     seconds_per_epoch: float,
     fail: bool = False,
     learning_rate: float | None = None,
+    checkpoint_seconds: float = 0.0,
     **extra: Any,
 ) -> dict:
     training = {"epochs": epochs, "seconds_per_epoch": seconds_per_epoch}
+    if checkpoint_seconds:  # every checkpoint write, the final one too, takes this long
+        training["checkpoint_seconds"] = checkpoint_seconds
     if learning_rate is not None:
         training["learning_rate"] = learning_rate
     if fail:  # the trainer refuses it after start: the job fails on the platform
@@ -40,9 +43,16 @@ def tensorone_spec(
 
 
 def together_spec(
-    epochs: int, seconds_per_epoch: float, fail: bool = False, learning_rate: float = 0.001, **extra: Any
+    epochs: int,
+    seconds_per_epoch: float,
+    fail: bool = False,
+    learning_rate: float = 0.001,
+    checkpoint_seconds: float = 0.0,
+    **extra: Any,
 ) -> dict:
     local: dict = {"seconds_per_epoch": seconds_per_epoch}
+    if checkpoint_seconds:
+        local["checkpoint_seconds"] = checkpoint_seconds
     if fail:  # Together refuses a bad learning rate before submit: have the trainer fail instead
         local["fail_with"] = "CUDA error: an illegal memory access was encountered (learning_rate diverged)"
     return {
@@ -62,9 +72,12 @@ def sagemaker_spec(
     seconds_per_epoch: float,
     fail: bool = False,
     learning_rate: float | None = None,
+    checkpoint_seconds: float = 0.0,
     **extra: Any,
 ) -> dict:
     hyper = {"epochs": str(epochs), "seconds_per_epoch": str(seconds_per_epoch)}
+    if checkpoint_seconds:
+        hyper["checkpoint_seconds"] = str(checkpoint_seconds)
     if learning_rate is not None:
         hyper["learning_rate"] = str(learning_rate)
     if fail:
@@ -94,12 +107,15 @@ def pai_spec(
     seconds_per_epoch: float,
     fail: bool = False,
     learning_rate: float | None = None,
+    checkpoint_seconds: float = 0.0,
     **extra: Any,
 ) -> dict:
     hyper = [
         {"Name": "epochs", "Value": str(epochs)},
         {"Name": "seconds_per_epoch", "Value": str(seconds_per_epoch)},
     ]
+    if checkpoint_seconds:
+        hyper.append({"Name": "checkpoint_seconds", "Value": str(checkpoint_seconds)})
     if learning_rate is not None:
         hyper.append({"Name": "learning_rate", "Value": str(learning_rate)})
     if fail:
@@ -129,12 +145,15 @@ def modelarts_spec(
     seconds_per_epoch: float,
     fail: bool = False,
     learning_rate: float | None = None,
+    checkpoint_seconds: float = 0.0,
     **extra: Any,
 ) -> dict:
     parameters = [
         {"name": "epochs", "value": str(epochs)},
         {"name": "seconds_per_epoch", "value": str(seconds_per_epoch)},
     ]
+    if checkpoint_seconds:
+        parameters.append({"name": "checkpoint_seconds", "value": str(checkpoint_seconds)})
     if learning_rate is not None:
         parameters.append({"name": "learning_rate", "value": str(learning_rate)})
     if fail:
@@ -177,9 +196,10 @@ class Flavor:
     :ivar jobs_path: REST collection of its jobs (fault rules match its polls and cancels under it).
     :ivar final_checkpoint: its cancel can ask for a final checkpoint.
     :ivar cancel_reason: its cancel carries the reason Airflow gives (recorded by the platform).
-    :ivar spec: ``spec(epochs, seconds_per_epoch, fail=False, learning_rate=None, **extra)``: a
-        create body for a job paced at ``seconds_per_epoch`` (``fail``: one that fails on the
-        platform soon after start).
+    :ivar spec: ``spec(epochs, seconds_per_epoch, fail=False, learning_rate=None,
+        checkpoint_seconds=0, **extra)``: a create body for a job paced at ``seconds_per_epoch``
+        (``fail``: one that fails on the platform soon after start; ``checkpoint_seconds``: every
+        checkpoint write takes this long, so a stop with a final checkpoint does too).
     :ivar auto_cancel_spec: a job the platform cancels by itself, explaining why in its events
         (K19); ``None`` if the platform has no such thing.
     :ivar events: the platform streams events into the task log (K20).
@@ -365,9 +385,9 @@ FLAVORS: dict[str, Flavor] = {f.name: f for f in (TENSORONE, TOGETHER, SAGEMAKER
 """One flavor per platform, its tasks on the LocalExecutor; keyed by platform (connection type)."""
 CELERY_SHAPES = frozenset({
     "kp_deferred", "kp_exec_timeout_deferred", "kp_medium_deferred", "kp_medium_sensor", "kp_running",
-    "kp_running_exec_timeout", "kp_worker_crash_reattach",
+    "kp_running_exec_timeout", "kp_worker_crash_reattach", "kp_worker_shutdown",
 })  # fmt: skip
-"""The DAG shapes the Celery variants have: K1, K2, K4, K5, K8, K10–K12 and K13."""
+"""The DAG shapes the Celery variants have: K1, K2, K4, K5, K8, K10–K13 and K22."""
 ALL_FLAVORS: dict[str, Flavor] = {
     **{f.key: f for f in FLAVORS.values()},
     **{f.celery().key: f.celery() for f in FLAVORS.values()},

@@ -380,7 +380,7 @@ def k12_mark_failed_running(stack, platform, flavor: Flavor) -> Outcome:
 def _kill_worker(stack, dag, run_id) -> None:
     """SIGKILL the task process and its supervisor: nothing of the try survives to clean up."""
     pid = int(_xcom(stack, dag, run_id, "pid"))
-    supervisor = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    supervisor = _parent(pid)
     os.kill(pid, signal.SIGKILL)
     os.kill(supervisor, signal.SIGKILL)
 
@@ -444,6 +444,68 @@ def k13b_worker_crash_adopt(stack, platform, flavor: Flavor) -> Outcome:
             dag, run_id, "train", ti["try_number"], wait_for=("already succeeded: adopting it",)
         ),
     )
+
+
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def k22_worker_shutdown(stack, platform, flavor: Flavor) -> Outcome:
+    """The worker running the task is stopped gracefully while the job trains: one SIGTERM to the
+    task's supervisor, which forwards it to the task (what a deploy, a pod eviction or a spot
+    reclaim sends). Nobody gave up on the task: the job keeps running, the retry re-attaches."""
+    dag = flavor.dag("kp_worker_shutdown")
+    run_id, job = _start_running(stack, platform, dag)
+    pid = int(_xcom(stack, dag, run_id, "pid"))
+    os.kill(_parent(pid), signal.SIGTERM)
+    ti = _wait_try(stack, dag, run_id, 2, {"running"})
+    _wait_log(stack, dag, run_id, 2, "Re-attaching to training job")
+    outcome = _finish(
+        stack,
+        platform,
+        "K22 worker shutdown → the job keeps running, the retry re-attaches",
+        dag,
+        run_id,
+        expect_cancel=False,
+        job=job,
+        try_number=ti["try_number"],
+        xcom_job=_xcom(stack, dag, run_id, "job_id"),
+        job_state=platform.job(job["job_id"])["state"],
+        log1=stack.task_log(dag, run_id, "train", 1, wait_for=("keeps running",)),
+    )
+    stack.set_ti_state(dag, run_id, "train", "failed")
+    platform.wait_job(job["job_id"], {"cancelled"}, timeout=60)
+    return outcome
+
+
+def k23_retry_during_stop(stack, platform, flavor: Flavor) -> Outcome:
+    """Try 1 (on the worker) reaches its ``execution_timeout`` and asks for the stop; the job's
+    final checkpoint takes seconds to write, so when try 2 starts (``retry_delay=0``) the job is
+    still stopping. Try 2 must wait for the stop to end, then submit its own job resuming from the
+    stopped one's checkpoint: never re-attach to the dying job. On the platforms whose cancel asks
+    for a final checkpoint (on the local platform Together's stops its trainer at once, without one:
+    its ``cancel_requested`` phase is too short to start a retry in)."""
+    dag = flavor.dag("kp_retry_during_stop")
+    run_id, first = _start_running(stack, platform, dag)
+    _wait_try(stack, dag, run_id, 2, {"running"}, timeout=120)
+    _wait_log(stack, dag, run_id, 2, "Submitted training job", timeout=120)
+    second = platform.wait_running(dag, run_id, count=2)
+    log2 = stack.task_log(dag, run_id, "train", 2)
+    outcome = _finish(
+        stack,
+        platform,
+        "K23 a retry while the earlier job is stopping → waits, then its own job",
+        dag,
+        run_id,
+        expect_cancel=True,
+        first=platform.job(first["job_id"]),
+        second=platform.job(second["job_id"]),
+        log2=log2,
+        expected_submits=2,
+    )
+    stack.set_ti_state(dag, run_id, "train", "failed")
+    platform.wait_job(second["job_id"], {"cancelled"}, timeout=60)
+    return outcome
 
 
 def _ancestors(pid: int) -> list[int]:
@@ -945,6 +1007,8 @@ _TABLE = [
     Scenario(k19_platform_auto_cancel, applies=lambda f: f.auto_cancel_spec is not None),
     Scenario(k20_events_across_triggerer_restart, exclusive=True, applies=lambda f: f.events),
     Scenario(k21_kill_one_mapped),
+    Scenario(k22_worker_shutdown, executors=BOTH),
+    Scenario(k23_retry_during_stop, applies=lambda f: f.final_checkpoint),  # a stop that takes seconds
 ]
 SCENARIOS: dict[str, Scenario] = {s.key: s for s in _TABLE}
 """Scenario key (``k1_mark_failed``...) → its row."""

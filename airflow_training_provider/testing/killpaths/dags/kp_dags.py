@@ -82,6 +82,18 @@ for flavor in ALL_FLAVORS.values():
         with dag(f"kp_worker_crash_reattach{sfx}", default_args=on_executor):
             PidRecordingSubmit(task_id="train", spec=LONG, **running, **retry)
 
+    if flavor.runs("kp_worker_shutdown"):  # K22: the worker is stopped while the task trains
+        with dag(f"kp_worker_shutdown{sfx}", default_args=on_executor):
+            PidRecordingSubmit(task_id="train", spec=LONG, **running, **retry)
+
+    if flavor.runs("kp_retry_during_stop"):  # K23: try 1 times out; its job's stop takes 15-30 s
+        with dag(f"kp_retry_during_stop{sfx}", default_args=on_executor):
+            PidRecordingSubmit(
+                task_id="train", spec=spec(epochs=400, seconds_per_epoch=0.5, checkpoint_seconds=15),
+                execution_timeout=timedelta(seconds=40), retries=1, retry_delay=timedelta(0),
+                resume_from_checkpoint=True, **running,
+            )  # fmt: skip
+
     if flavor.runs("kp_worker_crash_adopt"):
         with dag(f"kp_worker_crash_adopt{sfx}", default_args=on_executor):
             PidRecordingSubmit(
