@@ -13,6 +13,7 @@ See ``docs/architecture.md`` for how the pieces fit and ``docs/adding-a-platform
 from __future__ import annotations
 
 import difflib
+import hashlib
 import json
 import logging
 import re
@@ -101,14 +102,65 @@ def name_value_pairs(value: Any, name_key: str, value_key: str) -> Any:
     return out
 
 
-def try_job_name(stem: str | None, tags: list[str], max_length: int, marker: str | None = None) -> str:
-    """``<stem or af-<dag>-<task>>[-<marker>]-t<try>``, cut to ``max_length`` characters of
-    ``[A-Za-z0-9_-]``: a job name that says which try made it (PAI, ModelArts)."""
+#: the identity tags a task instance is named by (every try of it carries the same values).
+TASK_INSTANCE_KEYS = ("airflow-deployment", "airflow-dag", "airflow-run", "airflow-task", "airflow-map")
+#: hex characters of :func:`identity_digest` in a generated job name: 40 bits.
+NAME_DIGEST_LENGTH = 10
+
+
+def identity_digest(tags: list[str], length: int = NAME_DIGEST_LENGTH) -> str | None:
+    """The first ``length`` hex characters of the SHA-256 of the task instance the identity ``tags``
+    name (deployment, DAG, run, task and map index, joined by newlines; the try left out): the same
+    for every try of one task instance, different between task instances. ``None`` when ``tags``
+    lack one of :data:`TASK_INSTANCE_KEYS`."""
     ident = tag_pairs(tags)
-    suffix = (f"-{marker}" if marker else "") + f"-t{ident.get('airflow-try', '1')}"
+    if not all(k in ident for k in TASK_INSTANCE_KEYS):
+        return None
+    return hashlib.sha256("\n".join(ident[k] for k in TASK_INSTANCE_KEYS).encode()).hexdigest()[:length]
+
+
+def try_job_name(
+    stem: str | None,
+    tags: list[str],
+    max_length: int,
+    *,
+    separators: str = "_-",
+    digest_length: int = NAME_DIGEST_LENGTH,
+) -> str:
+    """The job name of one task-instance try, for platforms where the client names the job
+    (SageMaker ``TrainingJobName``, PAI ``TrainingJobName``, ModelArts ``metadata.name``)::
+
+        <readable>[-m<map index>]-<digest>-t<try>
+
+    * ``readable``: ``stem`` (the name the spec gives, e.g. ``churn-20260101``) or, without one,
+      ``af-<dag_id>-<task_id>``; every run of characters other than ASCII letters, digits and
+      ``separators`` becomes ``-`` (a task group's ``group.task`` → ``group-task``), separators are
+      stripped from both ends, and it is cut so the whole name fits ``max_length``;
+    * ``-m<map index>`` only for a mapped task instance (``airflow-map`` ≥ 0);
+    * ``<digest>``: :func:`identity_digest` of the task instance (``digest_length`` hex characters),
+      so two task instances never share a name even when their stems render the same (two DAGs, or
+      two runs of one date); left out when ``tags`` do not name a task instance;
+    * ``-t<try>``: the try number (``airflow-try``, 1 when absent).
+
+    Only the readable part is ever cut: map index, digest and try always survive. The name depends
+    on nothing but ``stem`` and ``tags``, so a create re-sent for the same try carries the same name
+    (what :meth:`Dialect.created_job_id` relies on). It starts and ends with a letter or digit and
+    holds only ``[A-Za-z0-9]`` and ``separators``.
+
+    :param max_length: the platform's name limit (SageMaker 63, PAI and ModelArts 64; see
+        ``docs/platforms/<platform>.md``, "Job names").
+    :param separators: punctuation the platform allows in a name (``-`` only on SageMaker)."""
+    ident = tag_pairs(tags)
+    map_index = ident.get("airflow-map", "-1")
+    digest = identity_digest(tags, digest_length)
+    tail = (
+        (f"-m{map_index}" if map_index.isdigit() else "")
+        + (f"-{digest}" if digest else "")
+        + f"-t{ident.get('airflow-try', '1')}"
+    )
     readable = stem or f"af-{ident.get('airflow-dag', '')}-{ident.get('airflow-task', '')}"
-    cleaned = re.sub(r"[^A-Za-z0-9_-]+", "-", readable).strip("-_") or "job"
-    return cleaned[: max_length - len(suffix)].rstrip("-_") + suffix
+    cleaned = re.sub(f"[^A-Za-z0-9{re.escape(separators)}]+", "-", readable).strip(separators) or "job"
+    return cleaned[: max_length - len(tail)].rstrip(separators) + tail
 
 
 class WireModel(BaseModel):

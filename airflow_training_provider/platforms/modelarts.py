@@ -22,7 +22,6 @@ pointing at it.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -49,6 +48,7 @@ from airflow_training_provider.models import (
     JobState,
     TrainingJob,
 )
+from airflow_training_provider.platforms import base
 from airflow_training_provider.platforms.base import (
     ApiRequest,
     Capabilities,
@@ -67,6 +67,8 @@ PATH = "/training-jobs"
 SEARCH_PATH = "/training-job-searches"
 DEFAULT_REGION = "cn-north-4"
 MAX_NAME = 64
+#: hex characters of the task-instance digest in a job name, which the job search looks for.
+SEARCH_DIGEST_LENGTH = 8
 #: output channels whose location is reported as the job's checkpoints, in order of preference.
 CHECKPOINT_CHANNELS = ("checkpoints", "train_url")
 #: the input channel a resumed job gets: the failed job's checkpoint location.
@@ -290,17 +292,18 @@ class ModelArtsJobSpec(_Wire):
 # -- names and annotations ----------------------------------------------------------------------------
 def identity_digest(tags: list[str]) -> str | None:
     """8 hex characters naming a task instance (deployment, DAG, run, task, map index) in its jobs'
-    names, so the search finds every try's job; ``None`` when ``tags`` do not name one."""
-    ident = tag_pairs(tags)
-    keys = ("airflow-deployment", "airflow-dag", "airflow-run", "airflow-task", "airflow-map")
-    if not all(k in ident for k in keys):
-        return None
-    return hashlib.sha256("\n".join(ident[k] for k in keys).encode()).hexdigest()[:8]
+    names (:func:`~.base.identity_digest`), so the search finds every try's job; ``None`` when
+    ``tags`` do not name one. Eight, as in the names earlier versions of the provider gave, so
+    their jobs are still found."""
+    return base.identity_digest(tags, SEARCH_DIGEST_LENGTH)
 
 
 def job_name(stem: str | None, tags: list[str]) -> str:
-    """``<stem or af-<dag>-<task>>-<digest>-t<try>``, cut to 64 characters of ``[A-Za-z0-9_-]``."""
-    return try_job_name(stem, tags, MAX_NAME, identity_digest(tags))
+    """The ``metadata.name`` of a task-instance try (:func:`~.base.try_job_name`):
+    ``<stem or af-<dag>-<task>>[-m<map index>]-<digest>-t<try>``, at most 64 characters of
+    ``[A-Za-z0-9_-]`` (``docs/platforms/modelarts.md``, "Job names"); the digest is
+    :func:`identity_digest`, which the job search looks for."""
+    return try_job_name(stem, tags, MAX_NAME, digest_length=SEARCH_DIGEST_LENGTH)
 
 
 def _channel(channels: list[WireChannel], names: tuple[str, ...]) -> str | None:

@@ -251,7 +251,15 @@ class PaiJobSpec(_Wire):
 
 # -- names and labels ---------------------------------------------------------------------------------
 def job_name(stem: str | None, tags: list[str]) -> str:
-    """``<stem or af-<dag>-<task>>-t<try>``, cut to 64 characters of ``[A-Za-z0-9_-]``."""
+    """The ``TrainingJobName`` of a task-instance try (:func:`~.base.try_job_name`):
+    ``<stem or af-<dag>-<task>>[-m<map index>]-<digest>-t<try>``, at most 64 characters of
+    ``[A-Za-z0-9_-]`` starting with a letter or digit (``docs/platforms/pai.md``, "Job names").
+
+    PAI identifies a job by the ``TrainingJobId`` it generates, and its documentation says nothing
+    about names being unique; the digest of the task instance is there all the same, so that no two
+    task instances (map indexes of one task, or two DAGs with the same stem) ever share a name if a
+    workspace does refuse a duplicate. ``churn-20260101`` for map index 2, try 1 →
+    ``churn-20260101-m2-<digest>-t1``."""
     return try_job_name(stem, tags, MAX_NAME)
 
 

@@ -20,7 +20,6 @@ filter by tag).
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -57,6 +56,7 @@ from airflow_training_provider.platforms.base import (
     WireModel,
     retry_after_seconds,
     tag_pairs,
+    try_job_name,
     with_tag_pairs,
 )
 from airflow_training_provider.platforms.descriptor import ConnectionParts, PlatformDescriptor, base_url_of
@@ -265,28 +265,17 @@ class SageMakerJobSpec(_Wire):
 
 # -- names and tags ---------------------------------------------------------------------------------
 def job_name(stem: str | None, tags: list[str]) -> str:
-    """The job name of a task-instance try, the same every time it is computed for that try.
+    """The ``TrainingJobName`` of a task-instance try (:func:`~.base.try_job_name`), the same every
+    time it is computed for that try: ``<stem or af-<dag>-<task>>[-m<map index>]-<digest>-t<try>``,
+    at most 63 characters of ``[a-zA-Z0-9-]`` (``docs/platforms/sagemaker.md``, "Job names").
 
-    ``<stem>-t<try>`` when the spec names the job (a stem unique per run, e.g. with
-    ``{{ ts_nodash }}``), else ``af-<dag>-<task>-<hash of deployment, dag, run, task, map>-t<try>``,
-    cut to SageMaker's 63 characters and pattern."""
-    ident = tag_pairs(tags)
-    suffix = f"-t{ident.get('airflow-try', '1')}"
-    if stem is None:
-        digest = hashlib.sha1(
-            "|".join(
-                ident.get(f"airflow-{k}", "") for k in ("deployment", "dag", "run", "task", "map")
-            ).encode()
-        ).hexdigest()[:10]
-        readable = _sanitize(f"af-{ident.get('airflow-dag', '')}-{ident.get('airflow-task', '')}")
-        tail = f"-{digest}{suffix}"
-        return readable[: MAX_NAME - len(tail)].rstrip("-") + tail
-    return _sanitize(stem)[: MAX_NAME - len(suffix)].rstrip("-") + suffix
-
-
-def _sanitize(text: str) -> str:
-    cleaned = re.sub(r"[^a-zA-Z0-9]+", "-", text).strip("-")
-    return cleaned or "job"
+    The digest (10 hex characters of the task instance: deployment, DAG, run, task, map index) is
+    always there: SageMaker names are unique per account and region for good (a name stays taken
+    until the job is deleted), so a stem that does not change between runs (``churn``) or that
+    renders the same in two DAGs or two runs of one date (``churn-{{ ds_nodash }}``) must still give
+    every task instance its own name. ``churn-20260101`` for map index 2, try 1 →
+    ``churn-20260101-m2-<digest>-t1``."""
+    return try_job_name(stem, tags, MAX_NAME, separators="-")
 
 
 def _epoch(value: float | None) -> datetime | None:

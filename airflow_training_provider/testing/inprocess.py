@@ -67,18 +67,22 @@ def task_context(
     cleared: bool = False,
     run_id: str | None = None,
     dag_id: str = "inprocess",
+    map_index: int = -1,
     state: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A context for ``operator``'s try ``try_number``. Pass an earlier context as ``state`` to keep
-    its task state store and DAG run (what a retry or a clear sees); otherwise the try belongs to a
-    DAG run of its own (``run_id``, default a new one: a first try re-attaches to a live job tagged
-    with its task instance, so two tests must not share one). ``max_tries`` follows Airflow:
-    ``retries`` for a run's tries, ``try_number - 1 + retries`` after a clear (``cleared=True``)."""
+    """A context for ``operator``'s try ``try_number`` (of map index ``map_index`` of a mapped
+    task; -1: not mapped). Pass an earlier context as ``state`` to keep its task state store and DAG
+    run (what a retry or a clear sees); otherwise the try belongs to a DAG run of its own
+    (``run_id``, default a new one: a first try re-attaches to a live job tagged with its task
+    instance, so two tests must not share one). ``max_tries`` follows Airflow: ``retries`` for a
+    run's tries, ``try_number - 1 + retries`` after a clear (``cleared=True``)."""
     if run_id is None:
         run_id = state["run_id"] if state else f"manual__inprocess_{uuid.uuid4().hex[:10]}"
     retries = operator.retries or 0
     max_tries = try_number - 1 + retries if cleared else retries
-    ti = InMemoryTaskInstance(dag_id, run_id, operator.task_id, try_number, max_tries=max_tries)
+    ti = InMemoryTaskInstance(
+        dag_id, run_id, operator.task_id, try_number, max_tries=max_tries, map_index=map_index
+    )
     store = state["task_state_store"] if state else InMemoryTaskStateStore()
     from airflow.sdk.execution_time.context import OutletEventAccessors
 
