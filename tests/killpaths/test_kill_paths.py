@@ -273,6 +273,16 @@ def test_k21_killing_one_mapped_task_instance_cancels_only_its_own_job(outcome):
     assert outcome.notes["sibling_states"] == {0: "deferred", 2: "deferred"}
 
 
+@scenario("k21b_mapped_name_stem")
+def test_k21b_mapped_task_instances_with_one_name_stem_each_get_their_own_job(outcome):
+    by_index = outcome.notes["by_index"]
+    assert outcome.notes["states"] == {0: "success", 1: "success", 2: "success"}, outcome.notes["states"]
+    assert sorted(by_index) == [0, 1, 2] and outcome.submits == 3, [j["job_id"] for j in outcome.jobs]
+    assert len({job["job_id"] for job in by_index.values()}) == 3
+    assert all(job["state"] == "succeeded" for job in by_index.values())
+    assert outcome.cancels == []
+
+
 @scenario("k20_events_across_triggerer_restart")
 def test_k20_each_event_once_in_order_across_triggerer_restart(outcome):
     assert outcome.ti_state == "success"

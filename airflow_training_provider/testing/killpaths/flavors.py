@@ -209,6 +209,8 @@ class Flavor:
     :ivar engine_platform: the local platform's name for its jobs, when not ``name``.
     :ivar executor: the Airflow executor its DAGs' tasks run on (``LocalExecutor`` or
         ``CeleryExecutor``; the stack runs both).
+    :ivar name_key: where a create body names its job (dotted path): the stem the provider makes
+        each try's job name from, where the platform names jobs by the client.
     """
 
     name: str
@@ -222,6 +224,7 @@ class Flavor:
     guard_spec: dict | None = None
     engine_platform: str | None = None
     executor: str = "LocalExecutor"
+    name_key: str = "name"
 
     @property
     def key(self) -> str:
@@ -258,6 +261,17 @@ class Flavor:
         """The Airflow connection (as ``AIRFLOW_CONN_*`` JSON) to the local platform at ``url``."""
         return {"conn_type": self.name, "host": url, "password": API_KEY}
 
+    def with_name_stem(self, spec: dict, stem: str) -> dict:
+        """``spec`` naming its job ``stem`` (at :attr:`name_key`)."""
+        *parents, leaf = self.name_key.split(".")
+        named = dict(spec)
+        node = named
+        for key in parents:
+            node[key] = dict(node.get(key) or {})
+            node = node[key]
+        node[leaf] = stem
+        return named
+
     def poll_rule(self, job_id: str | None = None) -> dict:
         """Fault-rule matchers for the status polls of ``job_id`` (of any job if ``None``)."""
         return {"method": "GET", "path_prefix": f"{self.jobs_path}/{job_id or ''}"}
@@ -283,6 +297,17 @@ class AwsJsonFlavor(Flavor):
             "header_value": f"SageMaker.{operation}",
         }
         return rule | ({"body_contains": f'"{job_id}"'} if job_id else {})
+
+    def with_name_stem(self, spec: dict, stem: str) -> dict:
+        """``spec`` naming its job ``stem`` (at :attr:`name_key`)."""
+        *parents, leaf = self.name_key.split(".")
+        named = dict(spec)
+        node = named
+        for key in parents:
+            node[key] = dict(node.get(key) or {})
+            node = node[key]
+        node[leaf] = stem
+        return named
 
     def poll_rule(self, job_id: str | None = None) -> dict:
         return self._rule("DescribeTrainingJob", job_id)
@@ -348,6 +373,7 @@ TOGETHER = Flavor(
     final_checkpoint=False,
     spec=together_spec,
     cancel_reason=False,
+    name_key="suffix",
     auto_cancel_spec=together_spec(epochs=20, seconds_per_epoch=0.5, wandb_key="not-forty-characters"),
     events=True,
     guard_spec=together_spec(**GUARD_PACE, n_evals=GUARD_PACE["epochs"]),  # an evaluation per epoch
@@ -361,6 +387,7 @@ SAGEMAKER = AwsJsonFlavor(
     cancel_reason=False,
     events=True,
     engine_platform="sagemaker",
+    name_key="TrainingJobName",
 )
 PAI = PaiFlavor(
     "pai",
@@ -370,6 +397,7 @@ PAI = PaiFlavor(
     spec=pai_spec,
     cancel_reason=False,
     events=True,
+    name_key="TrainingJobName",
     guard_spec=pai_spec(**GUARD_PACE),
 )
 MODELARTS = ModelArtsFlavor(
@@ -380,6 +408,7 @@ MODELARTS = ModelArtsFlavor(
     spec=modelarts_spec,
     cancel_reason=False,
     events=True,
+    name_key="metadata.name",
 )
 FLAVORS: dict[str, Flavor] = {f.name: f for f in (TENSORONE, TOGETHER, SAGEMAKER, PAI, MODELARTS)}
 """One flavor per platform, its tasks on the LocalExecutor; keyed by platform (connection type)."""

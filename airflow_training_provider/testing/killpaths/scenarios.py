@@ -948,6 +948,26 @@ def k21_kill_one_mapped(stack, platform, flavor: Flavor) -> Outcome:
     return outcome
 
 
+def k21b_mapped_name_stem(stack, platform, flavor: Flavor) -> Outcome:
+    """Three map indexes of one task whose spec names the job with the same stem
+    (``churn-{{ ds_nodash }}``): each must get a job of its own and succeed."""
+    dag = flavor.dag("kp_mapped_stem")
+    run_id = stack.trigger(dag)
+    states = {}
+    for index in range(3):
+        ti = stack.wait_ti(dag, run_id, "train", {"success", "failed"}, timeout=240, map_index=index)
+        states[index] = ti["state"]
+    jobs = platform.run_jobs(dag, run_id)
+    return Outcome(
+        "K21b mapped task with a job-name stem",
+        False,
+        jobs,
+        None,
+        None,
+        {"expected_submits": 3, "states": states, "by_index": {_map_index(j): j for j in jobs}},
+    )
+
+
 def _map_index(job: dict) -> int:
     """The map index in a job's identity tags (``airflow-map:<n>``)."""
     return int(next(t for t in job["tags"] if t.startswith("airflow-map:")).split(":", 1)[1])
@@ -1007,6 +1027,7 @@ _TABLE = [
     Scenario(k19_platform_auto_cancel, applies=lambda f: f.auto_cancel_spec is not None),
     Scenario(k20_events_across_triggerer_restart, exclusive=True, applies=lambda f: f.events),
     Scenario(k21_kill_one_mapped),
+    Scenario(k21b_mapped_name_stem),
     Scenario(k22_worker_shutdown, executors=BOTH),
     Scenario(k23_retry_during_stop, applies=lambda f: f.final_checkpoint),  # a stop that takes seconds
 ]

@@ -152,6 +152,11 @@ for flavor in ALL_FLAVORS.values():
         with dag(f"kp_mapped{sfx}", default_args=on_executor):
             PidRecordingSubmit.partial(task_id="train", **deferred).expand(spec=[LONG, LONG, LONG])
 
+    if flavor.runs("kp_mapped_stem"):  # K21b: a mapped task whose spec names its job, as the README does
+        named = flavor.with_name_stem(spec(epochs=8, seconds_per_epoch=0.5), "churn-{{ ds_nodash }}")
+        with dag(f"kp_mapped_stem{sfx}", default_args=on_executor):
+            PidRecordingSubmit.partial(task_id="train", **fast_deferred).expand(spec=[named, named, named])
+
     if (
         flavor.runs("kp_guarded") and flavor.guard_spec is not None
     ):  # K7b: early stopping judged across a triggerer restart
