@@ -356,8 +356,12 @@ class JobOperations:
     def list_jobs(self, tags: list[str]) -> Operation[list[TrainingJob]]:
         """Jobs carrying every one of ``tags`` (platforms with ``capabilities.list_jobs``).
 
-        Filtered here too: a platform may ignore the tag filter of its list call."""
-        jobs = self.dialect.parse_list((yield from self._call(self.dialect.list_request(tags))))
+        Filtered here too: a platform may ignore the tag filter of its list call. A listed row that
+        does not read as a job is left out (:meth:`Dialect.parse_list`, logged).
+
+        :raises TrainingPlatformError: the list call failed, or its answer is not a list (malformed,
+            transient)."""
+        jobs = yield from self._read(_Read(self.dialect.list_request(tags), self.dialect.parse_list))
         return [self._linked(j) for j in jobs if set(tags) <= set(j.tags)]
 
     def probe(self) -> Operation[None]:

@@ -12,17 +12,36 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowException
 
 from airflow_training_provider.cancellation import CancelPolicy, reaper_decision
+from airflow_training_provider.errors import JobNotFoundError, TrainingPlatformError
 from airflow_training_provider.hooks.training import TrainingPlatformHook
 from airflow_training_provider.identity import TaskIdentity, deployment_name
 from airflow_training_provider.job_task import CONFIRM_TIMEOUT_PARAMETER, log_cancel, parameters
+from airflow_training_provider.models import TrainingJob
 from airflow_training_provider.task_instance_lookup import current_job_id, task_instance_state
+
+
+class OrphanedJobsNotReaped(AirflowException):
+    """The reaper could not handle some jobs (it handled all the others first).
+
+    :ivar report: the reaper's report, one row per job (decision ``error`` for the failed ones).
+    """
+
+    def __init__(self, message: str, report: list[dict[str, Any]]) -> None:
+        super().__init__(message)
+        self.report = report
 
 
 class ReapOrphanedTrainingJobsOperator(BaseOperator):
     """List the running jobs this deployment tagged; cancel (with a final checkpoint) those whose
     task instance is no longer queued, running, deferred or up for retry on them.
+
+    Each job is handled on its own: a job that is gone from the platform by the time it is cancelled
+    is nothing to do (decision ``gone``); a job the platform refuses to cancel, or whose task
+    instance Airflow cannot tell, is reported (decision ``error``, with the reason) and the others
+    are still handled. The task then fails, naming those jobs, so that Airflow retries or alerts.
 
     :param conn_id: platform connection (the platform must be able to list jobs by tag).
     :param deployment: deployment tag to reap (default: env ``AIRFLOW_TRAINING_DEPLOYMENT`` or
@@ -33,7 +52,10 @@ class ReapOrphanedTrainingJobsOperator(BaseOperator):
     :param create_final_checkpoint: a cancel asks for a final checkpoint (where the platform can).
     :param confirm_cancel_timeout: seconds to wait for the platform to confirm each cancel.
 
-    Returns a list of ``{"job_id", "task", "decision", "reason"}`` dicts, one per running job seen.
+    Returns a list of ``{"job_id", "task", "decision", "reason"}`` dicts, one per running job seen;
+    ``decision`` is ``keep``, ``cancel``, ``gone`` or ``error``.
+
+    :raises OrphanedJobsNotReaped: after handling every job, when some could not be handled.
     """
 
     template_fields: Sequence[str] = ("conn_id", "deployment")
@@ -78,21 +100,46 @@ class ReapOrphanedTrainingJobsOperator(BaseOperator):
             if job.created_at and (now - job.created_at).total_seconds() < self.min_age:
                 report.append({"job_id": job.id, "task": task, "decision": "keep", "reason": "too young"})
                 continue
-            decision = reaper_decision(task_instance_state(identity), current_job_id(identity), job.id)
-            report.append(
-                {
-                    "job_id": job.id,
-                    "task": task,
-                    "decision": "cancel" if decision.cancel else "keep",
-                    "reason": decision.reason,
-                }
+            decision, reason = self._reap(hook, job, identity, task)
+            report.append({"job_id": job.id, "task": task, "decision": decision, "reason": reason})
+        failed = [row for row in report if row["decision"] == "error"]
+        if failed:
+            raise OrphanedJobsNotReaped(
+                f"{len(failed)} of {len(report)} training jobs could not be handled (the others were): "
+                + "; ".join(f"{row['job_id']} ({row['task']}): {row['reason']}" for row in failed),
+                report,
             )
-            self.log.info(
-                "Job %s (%s): %s → %s", job.id, task, decision.reason, "cancel" if decision.cancel else "keep"
-            )
-            if decision.cancel and not self.dry_run:
-                policy = self.cancel_policy
-                request = policy.request(f"orphaned: {decision.reason}")
-                result, final = hook.cancel_and_confirm(job.id, request, timeout=policy.confirm_timeout)
-                log_cancel(self.log, result, final)
         return report
+
+    def _reap(
+        self, hook: TrainingPlatformHook, job: TrainingJob, identity: TaskIdentity, task: str
+    ) -> tuple[str, str]:
+        """Decide about one job and act: ``(decision, reason)``. Never raises: a failure is the
+        decision ``error`` (logged), so the other jobs are still handled."""
+        try:
+            decision = reaper_decision(task_instance_state(identity), current_job_id(identity), job.id)
+        except Exception as exc:  # noqa: BLE001 - Airflow's API may fail for one task instance
+            reason = f"could not ask Airflow about its task instance: {exc}"
+            self.log.error("Job %s (%s): %s", job.id, task, reason)
+            return "error", reason
+        self.log.info(
+            "Job %s (%s): %s → %s", job.id, task, decision.reason, "cancel" if decision.cancel else "keep"
+        )
+        if not decision.cancel:
+            return "keep", decision.reason
+        if self.dry_run:
+            return "cancel", decision.reason
+        policy = self.cancel_policy
+        try:
+            result, final = hook.cancel_and_confirm(
+                job.id, policy.request(f"orphaned: {decision.reason}"), timeout=policy.confirm_timeout
+            )
+        except JobNotFoundError as exc:
+            self.log.info("Job %s (%s) is gone from the platform: nothing to cancel (%s)", job.id, task, exc)
+            return "gone", f"{decision.reason}; the job is gone from the platform"
+        except TrainingPlatformError as exc:
+            reason = f"{decision.reason}; cancelling it failed: {exc}"
+            self.log.error("Job %s (%s): %s", job.id, task, reason)
+            return "error", reason
+        log_cancel(self.log, result, final)
+        return "cancel", decision.reason

@@ -149,7 +149,7 @@ class WireJob(_Wire):
 
 
 class WireSearch(_Wire):
-    items: list[dict[str, Any]] = Field(default_factory=list)
+    items: list[Any] = Field(default_factory=list)  # each row read on its own (Dialect.listed_jobs)
     total: int | None = None
 
 
@@ -319,6 +319,7 @@ class ModelArtsDialect(Dialect):
     name = "modelarts"
     spec_model = ModelArtsJobSpec
     environment_field = "algorithm.environments"
+    list_row_id = "metadata.id"
     capabilities = Capabilities(
         # a terminate stops the containers: SIGTERM, then SIGKILL after the grace period
         final_checkpoint_on_cancel=True,
@@ -526,7 +527,8 @@ class ModelArtsDialect(Dialect):
         return CancelResult(job_id=job_id, state=JobState.STOPPING)
 
     def parse_list(self, body: Any) -> list[TrainingJob]:
-        return [self.parse_job(job) for job in WireSearch.model_validate(body or {}).items]
+        """The search's ``items``; a row that does not read as a job is left out (logged)."""
+        return self.listed_jobs(WireSearch.model_validate(body or {}).items)
 
     def parse_events(self, body: Any) -> list[JobEvent]:
         """``{"events": [{"time", "level", "message", "source"}]}`` (asked oldest first)."""

@@ -146,7 +146,7 @@ class WireJob(_Wire):
 
 
 class WireList(_Wire):
-    TrainingJobs: list[dict[str, Any]] = Field(default_factory=list)
+    TrainingJobs: list[Any] = Field(default_factory=list)  # each row read on its own (Dialect.listed_jobs)
     TotalCount: int | str | None = None
 
 
@@ -270,6 +270,7 @@ class PaiDialect(Dialect):
     name = "pai"
     spec_model = PaiJobSpec
     environment_field = "Environments"
+    list_row_id = "TrainingJobId"
     capabilities = Capabilities(
         # a stop terminates the containers: SIGTERM, then SIGKILL after the grace period
         final_checkpoint_on_cancel=True,
@@ -508,7 +509,8 @@ class PaiDialect(Dialect):
         return CancelResult(job_id=job_id, state=JobState.STOPPING)
 
     def parse_list(self, body: Any) -> list[TrainingJob]:
-        return [self.parse_job(job) for job in WireList.model_validate(body or {}).TrainingJobs]
+        """``{"TrainingJobs": [job…]}``; a row that does not read as a job is left out (logged)."""
+        return self.listed_jobs(WireList.model_validate(body or {}).TrainingJobs)
 
     def parse_events(self, body: Any) -> list[JobEvent]:
         """``{"Events": ["<time> [<type>] <text>", ...]}`` oldest first; a line in another shape is

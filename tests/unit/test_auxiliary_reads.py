@@ -257,3 +257,10 @@ def test_an_auxiliary_reads_body_is_judged_by_the_read_not_retried_as_a_failed_c
     # the transport hands the raw body over (no retry of a "malformed" 2xx); the read then leaves it out
     request = ApiRequest("GET", "/api/v1/trainingjobs/t1/events", reader=_raw)
     assert decode_response(PaiDialect(), request, 200, {}, b"<html>proxy</html>") == b"<html>proxy</html>"
+
+
+def test_a_list_answer_that_is_not_a_list_is_a_malformed_call_not_a_crash():
+    canned = Canned({("GET", "/v1/fine-tunes"): [{"data": "not a list"}]})
+    ops = JobOperations(TogetherDialect(), "http://p", canned.clock)
+    with pytest.raises(TransientPlatformError, match="malformed"):
+        canned.drive(ops.list_jobs(["airflow-dag:d"]))
