@@ -22,6 +22,7 @@ import logging
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, replace
+from datetime import datetime
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -353,15 +354,20 @@ class JobOperations:
         job = yield from self.final_view(job, events)
         return job.model_copy(update={"events": events})
 
-    def list_jobs(self, tags: list[str]) -> Operation[list[TrainingJob]]:
-        """Jobs carrying every one of ``tags`` (platforms with ``capabilities.list_jobs``).
+    def list_jobs(
+        self, tags: list[str], created_after: datetime | None = None
+    ) -> Operation[list[TrainingJob]]:
+        """Jobs carrying every one of ``tags`` (platforms with ``capabilities.list_jobs``), created
+        after ``created_after`` where the platform's list is bounded in time (PAI; see
+        :meth:`Dialect.list_request`).
 
         Filtered here too: a platform may ignore the tag filter of its list call. A listed row that
         does not read as a job is left out (:meth:`Dialect.parse_list`, logged).
 
         :raises TrainingPlatformError: the list call failed, or its answer is not a list (malformed,
             transient)."""
-        jobs = yield from self._read(_Read(self.dialect.list_request(tags), self.dialect.parse_list))
+        request = self.dialect.list_request(tags, created_after)
+        jobs = yield from self._read(_Read(request, self.dialect.parse_list))
         return [self._linked(j) for j in jobs if set(tags) <= set(j.tags)]
 
     def probe(self) -> Operation[None]:

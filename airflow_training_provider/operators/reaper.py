@@ -22,6 +22,9 @@ from airflow_training_provider.job_task import CONFIRM_TIMEOUT_PARAMETER, log_ca
 from airflow_training_provider.models import TrainingJob
 from airflow_training_provider.task_instance_lookup import current_job_id, task_instance_state
 
+#: how far back the reaper looks by default on platforms that list only recent jobs unless told (PAI)
+DEFAULT_LOOKBACK = timedelta(days=30)
+
 
 class OrphanedJobsNotReaped(AirflowException):
     """The reaper could not handle some jobs (it handled all the others first).
@@ -47,6 +50,9 @@ class ReapOrphanedTrainingJobsOperator(BaseOperator):
     :param deployment: deployment tag to reap (default: env ``AIRFLOW_TRAINING_DEPLOYMENT`` or
         ``default``) — never touches jobs of another Airflow.
     :param min_age: seconds; younger jobs are left alone (a submit may not have published its id yet).
+    :param lookback: seconds (or a ``timedelta``, default 30 days): the oldest job looked at on a
+        platform whose job list covers only recent jobs unless told (PAI lists the last 7 days);
+        other platforms list every job whatever this says.
     :param dry_run: only report.
     :param preserve_checkpoints: a cancel keeps the job's checkpoints.
     :param create_final_checkpoint: a cancel asks for a final checkpoint (where the platform can).
@@ -66,6 +72,7 @@ class ReapOrphanedTrainingJobsOperator(BaseOperator):
         conn_id: str,
         deployment: str | None = None,
         min_age: float | timedelta = 60.0,
+        lookback: float | timedelta = DEFAULT_LOOKBACK,
         dry_run: bool = False,
         preserve_checkpoints: bool = True,
         create_final_checkpoint: bool = True,
@@ -76,6 +83,9 @@ class ReapOrphanedTrainingJobsOperator(BaseOperator):
         self.conn_id = conn_id
         self.deployment = deployment
         self.min_age = min_age.total_seconds() if isinstance(min_age, timedelta) else float(min_age)
+        self.lookback = lookback.total_seconds() if isinstance(lookback, timedelta) else float(lookback)
+        if self.lookback <= 0:
+            raise ValueError(f"{type(self).__name__}({self.task_id}): lookback must be more than 0 seconds")
         self.dry_run = dry_run
         self.cancel_policy = parameters(
             CancelPolicy,
@@ -89,8 +99,9 @@ class ReapOrphanedTrainingJobsOperator(BaseOperator):
     def execute(self, context: Any) -> list[dict[str, Any]]:
         hook = TrainingPlatformHook(self.conn_id)
         deployment = self.deployment or deployment_name()
-        jobs = [j for j in hook.list_jobs([f"airflow-deployment:{deployment}"]) if not j.is_terminal]
         now = datetime.now(UTC)
+        since = now - timedelta(seconds=self.lookback)
+        jobs = [j for j in hook.list_jobs([f"airflow-deployment:{deployment}"], since) if not j.is_terminal]
         report = []
         for job in jobs:
             identity = TaskIdentity.from_tags(job.tags)

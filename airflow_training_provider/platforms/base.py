@@ -404,7 +404,12 @@ class Dialect(ABC):
         """Request listing a job's checkpoints, or ``None`` if the job object already has them."""
         return None
 
-    def list_request(self, tags: list[str]) -> ApiRequest:
+    def list_request(self, tags: list[str], created_after: datetime | None = None) -> ApiRequest:
+        """Request listing the jobs carrying every one of ``tags`` (read with :meth:`parse_list`).
+
+        :param created_after: the jobs wanted were created after this (UTC); a platform whose list
+            only covers a recent window unless told (PAI: 7 days) sends it, the others list every
+            job and ignore it."""
         raise NotImplementedError(f"{self.name} cannot list jobs")
 
     def probe_request(self) -> ApiRequest:

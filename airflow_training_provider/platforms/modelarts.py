@@ -420,10 +420,10 @@ class ModelArtsDialect(Dialect):
         """Terminate (``POST …/actions`` ``{"action_type": "terminate"}``): no reason or checkpoint options."""
         return ApiRequest("POST", f"{PATH}/{job_id}/actions", body={"action_type": "terminate"})
 
-    def list_request(self, tags: list[str]) -> ApiRequest:
+    def list_request(self, tags: list[str], created_after: datetime | None = None) -> ApiRequest:
         """The job search: live jobs, and with a task instance's tags only the jobs whose name holds
         its digest (:func:`identity_digest`); one page of 50, oldest first. The annotations are
-        checked on the answer."""
+        checked on the answer. Live jobs of any age are searched (``created_after`` is not needed)."""
         filters: list[dict[str, Any]] = [{"key": "phase", "operator": "in", "value": list(LIVE_PHASES)}]
         if digest := identity_digest(tags):
             filters.append({"key": "name", "operator": "like", "value": [digest]})

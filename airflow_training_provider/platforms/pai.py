@@ -25,7 +25,7 @@ import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
@@ -92,6 +92,14 @@ _EVENT_LINE = re.compile(r"^(?P<at>\d{4}-\d\d-\d\dT[\d:.]+Z)\s+(?:\[(?P<type>[^\
 def endpoint_of(region: str) -> str:
     """The PaiStudio API base URL of ``region`` (``https://pai.cn-beijing.aliyuncs.com``)."""
     return f"https://{ENDPOINT_EXCEPTIONS.get(region, f'pai.{region}.aliyuncs.com')}"
+
+
+def pai_time(value: datetime) -> str:
+    """``value`` as PaiStudio's query times are written: UTC, ``%Y-%m-%dT%H:%M:%SZ`` (the format of
+    ``GmtCreateTime``); a naive ``value`` is taken as UTC."""
+    if value.tzinfo is not None:
+        value = value.astimezone(UTC)
+    return value.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # -- wire models: GetTrainingJob / ListTrainingJobs (docs/platforms/pai.md) ----------------------------
@@ -381,10 +389,20 @@ class PaiDialect(Dialect):
         """``StopTrainingJob`` (``PUT …/stop``): no reason, checkpoint or grace options."""
         return self._call("StopTrainingJob", "PUT", f"{PATH}/{job_id}/stop")
 
-    def list_request(self, tags: list[str]) -> ApiRequest:
-        params: dict[str, Any] = {"PageSize": 100, "PageNumber": 1, "SortBy": "GmtCreateTime", "Order": "ASC"}
+    def list_request(self, tags: list[str], created_after: datetime | None = None) -> ApiRequest:
+        """``ListTrainingJobs`` by ``Labels``, newest first (one page of 100: the jobs a re-attach
+        or the reaper looks for are recent ones). ``StartTime`` (``created_after``, UTC) bounds the
+        jobs' creation time: without it PAI lists only the jobs created in the last 7 days."""
+        params: dict[str, Any] = {
+            "PageSize": 100,
+            "PageNumber": 1,
+            "SortBy": "GmtCreateTime",
+            "Order": "DESC",
+        }
         if labels := tag_pairs(tags):
             params["Labels"] = json.dumps(labels, separators=(",", ":"), sort_keys=True)
+        if created_after is not None:
+            params["StartTime"] = pai_time(created_after)
         return self._call("ListTrainingJobs", "GET", PATH, params=params)
 
     def probe_request(self) -> ApiRequest:
@@ -509,8 +527,9 @@ class PaiDialect(Dialect):
         return CancelResult(job_id=job_id, state=JobState.STOPPING)
 
     def parse_list(self, body: Any) -> list[TrainingJob]:
-        """``{"TrainingJobs": [job…]}``; a row that does not read as a job is left out (logged)."""
-        return self.listed_jobs(WireList.model_validate(body or {}).TrainingJobs)
+        """``{"TrainingJobs": [job…]}`` (asked newest first) oldest first; a row that does not read
+        as a job is left out (logged)."""
+        return self.listed_jobs(WireList.model_validate(body or {}).TrainingJobs)[::-1]
 
     def parse_events(self, body: Any) -> list[JobEvent]:
         """``{"Events": ["<time> [<type>] <text>", ...]}`` oldest first; a line in another shape is

@@ -390,7 +390,9 @@ class SageMakerDialect(Dialect):
         """``StopTrainingJob``: no options — SageMaker always sends SIGTERM and waits up to 120 s."""
         return self._op("StopTrainingJob", {"TrainingJobName": job_id})
 
-    def list_request(self, tags: list[str]) -> ApiRequest:
+    def list_request(self, tags: list[str], created_after: datetime | None = None) -> ApiRequest:
+        """``Search`` (Resource ``TrainingJob``) by tag, oldest first: every job, whatever its age
+        (``created_after`` is not needed)."""
         filters = [
             {"Name": f"Tags.{k}", "Operator": "Equals", "Value": v} for k, v in tag_pairs(tags).items()
         ]

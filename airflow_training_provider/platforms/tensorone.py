@@ -349,7 +349,9 @@ class TensorOneDialect(Dialect):
             params={"sortBy": "createdAt", "sortOrder": "asc"},
         )
 
-    def list_request(self, tags: list[str]) -> ApiRequest:
+    def list_request(self, tags: list[str], created_after: datetime | None = None) -> ApiRequest:
+        """``GET /v2/training/jobs?tag=…&limit=100``: every job, whatever its age (``created_after``
+        is not needed)."""
         return ApiRequest("GET", "/v2/training/jobs", params=[("tag", t) for t in tags] + [("limit", 100)])
 
     def probe_request(self) -> ApiRequest:

@@ -402,7 +402,9 @@ class TogetherDialect(Dialect):
     def events_request(self, job_id: str) -> ApiRequest:
         return ApiRequest("GET", f"{PATH}/{job_id}/events")
 
-    def list_request(self, tags: list[str]) -> ApiRequest:
+    def list_request(self, tags: list[str], created_after: datetime | None = None) -> ApiRequest:
+        """``GET /v1/fine-tunes``: every job of the account, whatever its age (``created_after`` is
+        not needed)."""
         return ApiRequest("GET", PATH, params=[(TAG_QUERY_PARAM, t) for t in tags] or None)
 
     def metrics_request(self, job_id: str) -> ApiRequest:

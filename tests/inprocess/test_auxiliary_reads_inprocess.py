@@ -1,7 +1,7 @@
 """Only the status read decides the outcome, against the local platform and judged by its records:
 an events endpoint refused for good never fails the task (deferred or on the worker); a malformed
 row in a job list breaks neither the first submit, the re-attach nor the reaper; the reaper handles
-each job on its own."""
+each job on its own; PAI's 7-day list window is covered by ``StartTime``."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowRuntimeError, ErrorType
 from airflow.sdk.execution_time.comms import ErrorResponse
 
+from airflow_training_provider.hooks.training import TrainingPlatformHook
 from airflow_training_provider.identity import DEPLOYMENT_ENV
 from airflow_training_provider.job_task import STATE_STORE_KEY
 from airflow_training_provider.operators.reaper import OrphanedJobsNotReaped, ReapOrphanedTrainingJobsOperator
@@ -29,6 +30,7 @@ OPERATIONS = "airflow_training_provider.lifecycle.operations"
 DIALECTS = "airflow_training_provider.platforms.base"
 #: where each platform's job paths start (a fault rule on ``<prefix>…/events`` refuses every job's events)
 JOB_PATHS = {"pai": "/api/v1/trainingjobs/", "modelarts": "/v2/", "together": "/v1/fine-tunes/"}
+EIGHT_DAYS = 8 * 24 * 3600
 
 
 def spec(conn: str, epochs: int = 2, seconds_per_epoch: float = 0.2) -> dict:
@@ -173,3 +175,31 @@ def test_the_reaper_handles_each_job_on_its_own_and_fails_after_naming_the_ones_
     for task in ("b", "c", "d", "e", "g"):
         assert control.job(jobs[task])["state"] in {"pending", "queued", "starting", "running"}, task
         control.console_cancel(jobs[task])
+
+
+def test_pai_re_attach_and_the_reaper_find_a_job_created_8_days_ago(control, monkeypatch):
+    deployment = f"pai8d-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv(DEPLOYMENT_ENV, deployment)
+    first_op = submit(
+        "pai", spec("pai", epochs=300, seconds_per_epoch=0.5), wait_for_completion=False, retries=1
+    )
+    first = task_context(first_op, run_id="eight-days", dag_id="old")
+    job_id = run_task(first_op, first)["id"]
+    control.backdate(job_id, EIGHT_DAYS)
+    # PAI's own window: a list without StartTime does not show the job any more
+    assert TrainingPlatformHook("pai_local").list_jobs([f"airflow-deployment:{deployment}"]) == []
+    # the worker died before the state store write: the retry finds the job by its labels
+    first["task_state_store"].delete(STATE_STORE_KEY)
+    op = submit("pai", first_op.spec, wait_for_completion=False, retries=1)
+    result = run_task(op, task_context(op, try_number=2, run_id="eight-days", dag_id="old", state=first))
+    assert result["id"] == job_id, "re-attached, no second submit"
+    assert [j["job_id"] for j in control.jobs(tags=[f"airflow-deployment:{deployment}"])] == [job_id]
+    monkeypatch.delenv(DEPLOYMENT_ENV)
+    # the task instance has given up on it: the reaper finds it too
+    reaper = ReapOrphanedTrainingJobsOperator(
+        task_id="reap", conn_id="pai_local", deployment=deployment, min_age=0, confirm_cancel_timeout=30
+    )
+    with InMemoryAirflow({("old", "eight-days", "train", -1): TaskInstanceRecord("failed")}).installed():
+        report = run_task(reaper, task_context(reaper, run_id="reaper"))
+    assert [(row["job_id"], row["decision"]) for row in report] == [(job_id, "cancel")]
+    assert control.wait_job(job_id, {"cancelled"}, timeout=30)["state"] == "cancelled"

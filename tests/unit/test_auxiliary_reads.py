@@ -6,6 +6,8 @@ Driven with canned answers and a fake clock (``tests/unit/canned.py``); no socke
 from __future__ import annotations
 
 import logging
+from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 
 import pytest
 
@@ -16,6 +18,7 @@ from airflow_training_provider.errors import (
     TransientPlatformError,
 )
 from airflow_training_provider.hooks.transport import decode_response
+from airflow_training_provider.identity import earlier_jobs_since
 from airflow_training_provider.lifecycle.guards import EarlyStopping, Guards
 from airflow_training_provider.lifecycle.operations import JobOperations, NewEvents, _raw
 from airflow_training_provider.lifecycle.waiting import JobFinished, PollFailed, Polling, wait_for_job
@@ -264,3 +267,12 @@ def test_a_list_answer_that_is_not_a_list_is_a_malformed_call_not_a_crash():
     ops = JobOperations(TogetherDialect(), "http://p", canned.clock)
     with pytest.raises(TransientPlatformError, match="malformed"):
         canned.drive(ops.list_jobs(["airflow-dag:d"]))
+
+
+def test_an_earlier_try_is_looked_for_since_its_run_started_or_30_days_back_if_earlier():
+    now = datetime(2025, 3, 31, tzinfo=UTC)
+    run = SimpleNamespace(start_date=datetime(2025, 1, 1, tzinfo=UTC))
+    assert earlier_jobs_since({"dag_run": run}, now) == run.start_date
+    recent = SimpleNamespace(start_date=datetime(2025, 3, 30, tzinfo=UTC))  # a cleared run started again
+    assert earlier_jobs_since({"dag_run": recent}, now) == now - timedelta(days=30)
+    assert earlier_jobs_since({}, now) == now - timedelta(days=30)
