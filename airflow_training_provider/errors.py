@@ -17,6 +17,8 @@ class TrainingPlatformError(Exception):
     :param status: HTTP status code, or ``None`` when no response was received.
     :param code: the platform's error code (TensorOne envelope ``error``, e.g. ``STATE_CONFLICT``).
     :param request_id: the platform's request id, for support tickets.
+    :ivar hint: what the caller should check, added after the message by whoever knows (a refused
+        credential names the connection); ``message`` stays the platform's own words.
     """
 
     def __init__(
@@ -32,9 +34,10 @@ class TrainingPlatformError(Exception):
         self.status = status
         self.code = code
         self.request_id = request_id
+        self.hint = ""
 
     def __str__(self) -> str:
-        parts = [self.message]
+        parts = [self.message + (f" — {self.hint}" if self.hint else "")]
         if self.status is not None or self.code:
             parts.append(f"(HTTP {self.status}{', ' + self.code if self.code else ''})")
         if self.request_id:

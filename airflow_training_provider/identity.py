@@ -10,10 +10,27 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 DEPLOYMENT_ENV = "AIRFLOW_TRAINING_DEPLOYMENT"
 _PREFIX = "airflow-"
+#: how far back a try looks for an earlier try's job at least, on platforms whose job list covers
+#: only recent jobs unless told (PAI): beyond its DAG run's start, in case a clear restarted the run
+REATTACH_LOOKBACK = timedelta(days=30)
+
+
+def earlier_jobs_since(context: Any, now: datetime | None = None) -> datetime:
+    """Since when (UTC) a try's task instance may have jobs: its DAG run's start, or
+    :data:`REATTACH_LOOKBACK` before ``now`` if that is earlier (a cleared run starts again, while
+    its earlier tries' jobs may still run). For the list call that finds an earlier try's job."""
+    since = (now or datetime.now(UTC)) - REATTACH_LOOKBACK
+    dag_run = context.get("dag_run") if hasattr(context, "get") else None
+    started = getattr(dag_run, "start_date", None)
+    if isinstance(started, datetime):
+        started = started if started.tzinfo is not None else started.replace(tzinfo=UTC)
+        since = min(since, started)
+    return since
 
 
 def deployment_name() -> str:

@@ -74,9 +74,10 @@ class PlatformConnection:
         )
 
     def explain_auth_error(self, exc: PlatformAuthError) -> PlatformAuthError:
-        """``exc`` with a hint naming this connection and what to check (for 401/403 answers)."""
-        exc.message = (
-            f"{exc.message} — the platform refused the credentials of connection {self.conn_id!r} "
+        """``exc`` with a hint naming this connection and what to check (for 401/403 answers); its
+        ``message`` stays the platform's own (a refused auxiliary read is reported without the hint)."""
+        exc.hint = (
+            f"the platform refused the credentials of connection {self.conn_id!r} "
             f"({self.platform.display_name}); check its {self.platform.credential_hint}"
         )
         return exc

@@ -8,6 +8,7 @@ returns an awaitable of it. The operations hold the logic; this is only their pu
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from airflow_training_provider.lifecycle.operations import JobOperations, Operation
@@ -57,9 +58,11 @@ class JobApi:
         running or not — what the UI's "Training job" view shows. Up to four calls."""
         return self.drive(self.ops.snapshot(job_id, budget))
 
-    def list_jobs(self, tags: list[str]):
-        """Jobs carrying every one of ``tags`` (platforms with ``capabilities.list_jobs``)."""
-        return self.drive(self.ops.list_jobs(tags))
+    def list_jobs(self, tags: list[str], created_after: datetime | None = None):
+        """Jobs carrying every one of ``tags`` (platforms with ``capabilities.list_jobs``), oldest
+        first; ``created_after`` (UTC) where the platform's list covers only a recent window unless
+        told (PAI). A listed row that does not read as a job is left out (logged)."""
+        return self.drive(self.ops.list_jobs(tags, created_after))
 
     def cancel_job(self, job_id: str, cancel: CancelRequest | None = None):
         """Ask for a cancel (:class:`CancelResult`); a job already ended or stopping is not cancelled again."""

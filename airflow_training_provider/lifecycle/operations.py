@@ -22,12 +22,15 @@ import logging
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, TypeVar
+from datetime import datetime
+from http import HTTPStatus
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from airflow_training_provider.errors import (
     JobAlreadyExistsError,
     JobStateConflictError,
     TrainingPlatformError,
+    TransientPlatformError,
 )
 from airflow_training_provider.events import explain_failure
 from airflow_training_provider.models import (
@@ -76,6 +79,82 @@ Operation = Generator[Step, Any, T]
 """A sans-IO operation returning ``T``."""
 
 
+@dataclass(frozen=True)
+class _Read(Generic[T]):
+    """One read of a job's data: the request, and how its answer (the decoded JSON body) becomes
+    the value (a parser meeting another shape raises ``ValueError``, pydantic's included)."""
+
+    request: ApiRequest
+    parse: Callable[[Any], T]
+
+
+@dataclass(frozen=True)
+class Auxiliary:
+    """A kind of auxiliary read: what a wait reads besides the job's status, and what is lost
+    while it is unreadable (for the one warning per job and kind).
+
+    :ivar name: the kind, as a key (``events``).
+    :ivar subject: how the warning names it (``Events``, ``The metric history``).
+    :ivar plural: whether ``subject`` takes "are".
+    :ivar consequence: what the task does without it.
+    """
+
+    name: str
+    subject: str
+    plural: bool
+    consequence: str
+
+
+EVENTS = Auxiliary(
+    "events", "Events", True, "the task log will not show platform events nor a failure's reason from them"
+)
+CHECKPOINTS = Auxiliary("checkpoints", "Checkpoints", True, "the task's result will not list them")
+METRIC_HISTORY = Auxiliary(
+    "metric history",
+    "The metric history",
+    False,
+    "the result will have none and early stopping cannot judge the job meanwhile",
+)
+START_TIME = Auxiliary(
+    "start time",
+    "The start time",
+    False,
+    "the guards count its training time from when a poll first saw it running",
+)
+#: what a parser raises on an answer of another shape than the platform documents
+_MALFORMED = (ValueError, TypeError, KeyError, AttributeError)
+
+
+def _decoded(raw: bytes | str) -> Any:
+    """A 2xx body as JSON (``None`` when empty, as the transport decodes it)."""
+    return json.loads(raw) if raw else None
+
+
+def _raw(body: bytes | str) -> bytes | str:
+    """An :attr:`ApiRequest.reader` that takes a 2xx body as it is: an auxiliary read parses it
+    itself, so a malformed body is its to judge (not a failed call retried for the outage budget)."""
+    return body
+
+
+def unreadable_reason(request: ApiRequest, exc: BaseException) -> str:
+    """Why ``request`` gave nothing readable, in the platform's words and without blaming the
+    credentials: ``403 Forbidden on GET /v1/fine-tunes/ft-1/events: <the platform's message>``,
+    ``malformed answer to GET …: <what did not parse>``, or the last transient error."""
+    where = f"{request.method} {request.path}"
+    if isinstance(exc, TrainingPlatformError):
+        if exc.status is None or isinstance(exc, TransientPlatformError):
+            return f"{where} kept failing: {exc.message}"
+        try:
+            phrase = f" {HTTPStatus(exc.status).phrase}"
+        except ValueError:
+            phrase = ""
+        code = f" {exc.code}" if exc.code and exc.code.replace(" ", "") != phrase.replace(" ", "") else ""
+        said = f": {exc.message}" if exc.message and exc.message != f"HTTP {exc.status}" else ""
+        return f"{exc.status}{phrase}{code} on {where}{said}"
+    first = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+    return f"malformed answer to {where}: {first}"
+
+
 def advance(
     operation: Operation[Any], reply: Any = None, error: BaseException | None = None
 ) -> tuple[bool, Any]:
@@ -103,6 +182,70 @@ class JobOperations:
         self.base_url = base_url
         self.clock = clock
         self._console: tuple[str, str | None] = ("", None)  # the last job id and its console link
+        self._unreadable: set[tuple[str, str]] = set()  # (job id, kind) warned about
+
+    def _optional(self, kind: Auxiliary, job_id: str, read: _Read[T] | None) -> Operation[T | None]:
+        """An auxiliary read: its value, or ``None`` when it is refused (401/403/404 on its
+        endpoint), its answer is malformed, or it kept failing — warned about once per job and
+        kind, never raised: only the status read decides a wait.
+
+        It is retried like any one-shot call (``RetryPolicy.max_attempts``), never for the outage
+        budget: an endpoint that stays down must not hold up the polls, nor the deadline checked
+        after them; it is read again at the next poll."""
+        if read is None:
+            return None
+        request = replace(read.request, budget=None, reader=_raw)
+        try:
+            raw = yield request
+            return read.parse(_decoded(raw))
+        except (TrainingPlatformError, *_MALFORMED) as exc:
+            if (job_id, kind.name) not in self._unreadable:
+                self._unreadable.add((job_id, kind.name))
+                log.warning(
+                    "%s of job %s %s not readable (%s): %s; status polling goes on",
+                    kind.subject,
+                    job_id,
+                    "are" if kind.plural else "is",
+                    unreadable_reason(request, exc),
+                    kind.consequence,
+                )
+            return None
+
+    def _read(self, read: _Read[T], budget: float | None = None) -> Operation[T]:
+        """A read whose failure is the caller's: a body the parser cannot read is a failed call
+        (transient, like a 5xx), as for the status read.
+
+        :raises TrainingPlatformError: the call failed."""
+        return (yield replace(read.request, budget=budget, reader=lambda raw: read.parse(_decoded(raw))))
+
+    def _job_read(self, job_id: str) -> _Read[TrainingJob]:
+        return _Read(
+            self.dialect.get_request(job_id), lambda body: self._linked(self.dialect.parse_job(body))
+        )
+
+    def _events_read(self, job_id: str) -> _Read[list[JobEvent]] | None:
+        """Where the job's events are: the job object, the events endpoint, or nowhere (``None``)."""
+        if self.dialect.capabilities.events_in_job:
+            return _Read(self.dialect.get_request(job_id), lambda body: self.dialect.parse_job(body).events)
+        request = self.dialect.events_request(job_id)
+        return None if request is None else _Read(request, self.dialect.parse_events)
+
+    def _checkpoints_read(self, job_id: str, from_job: bool = False) -> _Read[list[Checkpoint]]:
+        """The checkpoints endpoint, or (without one, or ``from_job``) the job object's list."""
+        request = None if from_job else self.dialect.checkpoints_request(job_id)
+        if request is None:
+            return _Read(
+                self.dialect.get_request(job_id), lambda body: self.dialect.parse_job(body).checkpoints
+            )
+        return _Read(request, self.dialect.parse_checkpoints)
+
+    def _history_read(self, job_id: str) -> _Read[list[MetricPoint]]:
+        """The metrics endpoint, else one point per checkpointed epoch (:func:`history_from_checkpoints`)."""
+        request = self.dialect.metrics_request(job_id)
+        if request is not None:
+            return _Read(request, self.dialect.parse_metrics)
+        checkpoints = self._checkpoints_read(job_id, from_job=self.dialect.capabilities.checkpoints_in_job)
+        return _Read(checkpoints.request, lambda body: history_from_checkpoints(checkpoints.parse(body)))
 
     def _call(self, request: ApiRequest, budget: float | None = None) -> Operation[Any]:
         return (yield request if budget is None else replace(request, budget=budget))
@@ -157,63 +300,74 @@ class JobOperations:
         return self._linked(self.dialect.parse_job(json.loads(raw)))
 
     def list_events(self, job_id: str, budget: float | None = None) -> Operation[list[JobEvent]]:
-        """The job's platform events, oldest first (``[]`` for platforms without events)."""
-        if self.dialect.capabilities.events_in_job:
-            return (yield from self.get_job(job_id, budget)).events
-        request = self.dialect.events_request(job_id)
-        if request is None:
-            return []
-        return self.dialect.parse_events((yield from self._call(request, budget)))
+        """The job's platform events, oldest first (``[]`` for platforms without events).
+
+        :raises TrainingPlatformError: the read failed (a wait reads them as an auxiliary read
+            instead, which never fails it)."""
+        read = self._events_read(job_id)
+        return [] if read is None else (yield from self._read(read, budget))
 
     def list_checkpoints(self, job_id: str, budget: float | None = None) -> Operation[list[Checkpoint]]:
-        """The job's checkpoints, oldest first."""
-        request = self.dialect.checkpoints_request(job_id)
-        if request is None:
-            return (yield from self.get_job(job_id, budget)).checkpoints
-        return self.dialect.parse_checkpoints((yield from self._call(request, budget)))
+        """The job's checkpoints, oldest first (the checkpoints endpoint, else the job object's).
 
-    def final_view(
-        self, job: TrainingJob, events: list[JobEvent] | None = None, budget: float | None = None
-    ) -> Operation[TrainingJob]:
+        :raises TrainingPlatformError: the read failed."""
+        return (yield from self._read(self._checkpoints_read(job_id), budget))
+
+    def final_view(self, job: TrainingJob, events: list[JobEvent] | None = None) -> Operation[TrainingJob]:
         """A terminal job completed with what its object lacks: checkpoints (from the checkpoints
-        endpoint where the job does not list them), its metric history (where the platform has a
-        metrics endpoint) and the failure reason from its events.
+        endpoint where the job does not list them), its metric history (the metrics endpoint, else
+        the metrics saved with each checkpoint) and the failure reason from its ``events`` (read
+        here when ``None``).
 
-        The metric history is a nice-to-have: a failed read of it leaves the history empty (logged)
-        rather than failing a finished job's task."""
+        Each of them is an auxiliary read (:meth:`_optional`): refused, malformed or failing, it is
+        left out (warned once per job and kind), never a failure of a finished job's task."""
         caps = self.dialect.capabilities
         if not caps.checkpoints_in_job and not job.checkpoints:
-            job = job.model_copy(update={"checkpoints": (yield from self.list_checkpoints(job.id, budget))})
+            read = self._checkpoints_read(job.id)
+            if checkpoints := (yield from self._optional(CHECKPOINTS, job.id, read)):
+                job = job.model_copy(update={"checkpoints": checkpoints})
         request = self.dialect.metrics_request(job.id)
         if request is not None and not job.metric_history:
-            try:
-                history = self.dialect.parse_metrics((yield from self._call(request, budget)))
-            except TrainingPlatformError as exc:
-                log.warning("Metric history of job %s not read: %s", job.id, exc)
-            else:
+            read = _Read(request, self.dialect.parse_metrics)
+            history = yield from self._optional(METRIC_HISTORY, job.id, read)
+            if history is not None:
                 job = with_metric_history(job, history)
         elif not job.metric_history:  # no metrics endpoint: the metrics saved with each checkpoint
             job = with_metric_history(job, history_from_checkpoints(job.checkpoints))
         if events is None and caps.events:
-            events = yield from self.list_events(job.id, budget)
+            events = yield from self._optional(EVENTS, job.id, self._events_read(job.id))
         return explain_failure(job, events or [], self.dialect)
 
     def snapshot(self, job_id: str, budget: float | None = None) -> Operation[TrainingJob]:
         """Job ``job_id`` now, as complete as the platform tells, running or not: what a person
         watching it wants (the job, its checkpoints, metric history and events; the failure reason
-        once it failed). Costs up to four calls."""
+        once it failed). Costs up to four calls; only the first (the job) may fail it, the others
+        are auxiliary reads (:meth:`final_view`).
+
+        :raises JobNotFoundError: the platform does not know the job."""
         job = yield from self.get_job(job_id, budget)
         events: list[JobEvent] = []
         if self.dialect.capabilities.events:
-            events = job.events or (yield from self.list_events(job_id, budget))
-        job = yield from self.final_view(job, events, budget)
+            events = job.events or (
+                (yield from self._optional(EVENTS, job_id, self._events_read(job_id))) or []
+            )
+        job = yield from self.final_view(job, events)
         return job.model_copy(update={"events": events})
 
-    def list_jobs(self, tags: list[str]) -> Operation[list[TrainingJob]]:
-        """Jobs carrying every one of ``tags`` (platforms with ``capabilities.list_jobs``).
+    def list_jobs(
+        self, tags: list[str], created_after: datetime | None = None
+    ) -> Operation[list[TrainingJob]]:
+        """Jobs carrying every one of ``tags`` (platforms with ``capabilities.list_jobs``), created
+        after ``created_after`` where the platform's list is bounded in time (PAI; see
+        :meth:`Dialect.list_request`).
 
-        Filtered here too: a platform may ignore the tag filter of its list call."""
-        jobs = self.dialect.parse_list((yield from self._call(self.dialect.list_request(tags))))
+        Filtered here too: a platform may ignore the tag filter of its list call. A listed row that
+        does not read as a job is left out (:meth:`Dialect.parse_list`, logged).
+
+        :raises TrainingPlatformError: the list call failed, or its answer is not a list (malformed,
+            transient)."""
+        request = self.dialect.list_request(tags, created_after)
+        jobs = yield from self._read(_Read(request, self.dialect.parse_list))
         return [self._linked(j) for j in jobs if set(tags) <= set(j.tags)]
 
     def probe(self) -> Operation[None]:
@@ -268,16 +422,19 @@ class JobOperations:
             job = yield request
             events = None
             if streaming:
-                in_job = self.dialect.capabilities.events_in_job
-                events = job.events if in_job else (yield from self.list_events(job_id, budget))
+                if self.dialect.capabilities.events_in_job:
+                    events = job.events
+                else:  # unreadable: none this poll, the cursor kept (they are reported once readable)
+                    read = self._events_read(job_id)
+                    events = (yield from self._optional(EVENTS, job_id, read)) or []
                 if len(events) > cursor:
                     yield NewEvents(tuple(events[cursor:]), len(events))
                     cursor = len(events)
             if job.is_terminal:
-                job = yield from self.final_view(job, events, budget)
+                job = yield from self.final_view(job, events)
             yield Progress(job)
             if watch is not None and not job.is_terminal:
-                watch.fired = yield from self._guard(job, watch, interval, budget)
+                watch.fired = yield from self._guard(job, watch, interval)
                 if watch.fired is not None:
                     return job, cursor
             now = self.clock()
@@ -286,35 +443,26 @@ class JobOperations:
             job = events = None  # not kept while sleeping: thousands of triggers wait at once
             yield Sleep(interval if deadline is None else max(0.0, min(interval, deadline - now)))
 
-    def _guard(
-        self, job: TrainingJob, watch: GuardWatch, interval: float, budget: float | None
-    ) -> Operation[GuardStop | None]:
+    def _guard(self, job: TrainingJob, watch: GuardWatch, interval: float) -> Operation[GuardStop | None]:
         """Ask the guards about running ``job``, reading what they need that a poll does not give:
         when the job started training (once) and its metric history (when it reports a new epoch).
-        A failed read is logged and tried again at the next poll; it never ends the wait."""
+        Both are auxiliary reads: one that fails is warned about once and tried again at the next
+        poll (until then the guards judge without it); it never ends the wait."""
         history = None
-        try:
-            if watch.needs_start(job):
-                watch.note_start((yield from self.get_job(job.id, budget)))
-            if watch.needs_history(job):
-                history = yield from self.metric_history(job.id, budget)
-        except TrainingPlatformError as exc:
-            log.warning(
-                "Guards of job %s: could not read its progress (%s); asking again next poll", job.id, exc
-            )
+        if watch.needs_start(job):
+            full = yield from self._optional(START_TIME, job.id, self._job_read(job.id))
+            if full is not None:
+                watch.note_start(full)
+        if watch.needs_history(job):
+            history = yield from self._optional(METRIC_HISTORY, job.id, self._history_read(job.id))
         return watch.check(job, interval, history)
 
     def metric_history(self, job_id: str, budget: float | None = None) -> Operation[list[MetricPoint]]:
         """The job's metric history so far, oldest first: the platform's metrics endpoint, else
-        one point per checkpointed epoch from the metrics saved with its checkpoints."""
-        request = self.dialect.metrics_request(job_id)
-        if request is not None:
-            return self.dialect.parse_metrics((yield from self._call(request, budget)))
-        if self.dialect.capabilities.checkpoints_in_job:
-            checkpoints = (yield from self.get_job(job_id, budget)).checkpoints
-        else:
-            checkpoints = yield from self.list_checkpoints(job_id, budget)
-        return history_from_checkpoints(checkpoints)
+        one point per checkpointed epoch from the metrics saved with its checkpoints.
+
+        :raises TrainingPlatformError: the read failed."""
+        return (yield from self._read(self._history_read(job_id), budget))
 
     def _read_poll(self, raw: bytes | str) -> TrainingJob:
         """A poll's answer (raw body) as the job: :meth:`Dialect.read_poll`, fully parsed once it

@@ -13,6 +13,8 @@ format and error rendering, and a control app with local-only endpoints (no auth
 * ``POST /_local/jobs/{job_id}/cancel`` → "the console": a person cancels the job outside Airflow,
   whatever its platform (body ``{"reason", "create_final_checkpoint"}``, both optional; 409 if it
   already ended); answers the record
+* ``POST /_local/jobs/{job_id}/backdate`` → move its creation time back (body ``{"seconds"}``),
+  for tests of job lists bounded in time; answers the record
 * ``GET /_local/settings`` → the effective settings (api key redacted)
 * ``POST|GET|DELETE /_local/faults`` → HTTP fault injection rules (see :mod:`.faults`)
 
@@ -97,6 +99,16 @@ def _control_app(engine: TrainingEngine, settings: CommonSettings, faults: Fault
             raise ApiError(404, "RESOURCE_NOT_FOUND", f"job '{job_id}' not found") from None
         except StateConflict as exc:
             raise ApiError(409, "STATE_CONFLICT", f"job '{job_id}' is already {exc.state}") from None
+
+    @app.post("/_local/jobs/{job_id}/backdate")
+    def backdate(job_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        seconds = body.get("seconds")
+        if not isinstance(seconds, int | float) or isinstance(seconds, bool) or seconds < 0:
+            raise ApiError(400, "INVALID_REQUEST", "'seconds' must be a number of seconds, 0 or more")
+        try:
+            return engine.backdate(job_id, float(seconds))
+        except JobNotFound:
+            raise ApiError(404, "RESOURCE_NOT_FOUND", f"job '{job_id}' not found") from None
 
     @app.post("/_local/faults", status_code=201)
     def add_fault(rule: FaultRule) -> dict[str, Any]:

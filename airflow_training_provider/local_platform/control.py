@@ -73,6 +73,10 @@ class LocalPlatformControl:
             "POST", f"/jobs/{job_id}/cancel", json={"reason": reason, "create_final_checkpoint": True}
         )
 
+    def backdate(self, job_id: str, seconds: float) -> dict:
+        """Move the job's creation time ``seconds`` into the past (a job "created 8 days ago"); its record."""
+        return self._call("POST", f"/jobs/{job_id}/backdate", json={"seconds": seconds})
+
     @staticmethod
     def accepted_cancels(job: dict, initiator: str | None = "user") -> list[dict]:
         """The job's accepted cancel requests (from ``initiator``; ``None``: from anyone), oldest first."""

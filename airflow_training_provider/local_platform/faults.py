@@ -2,7 +2,8 @@
 
 Rules are added with ``POST /_local/faults`` (body = :class:`FaultRule` fields), listed with
 ``GET /_local/faults`` and cleared with ``DELETE /_local/faults`` (``?path_prefix=P``: only P's
-rules; ``?id=I``: only rule ``I``, the ``id`` the POST answered). A rule matches requests by method and path prefix, and optionally by a header value
+rules; ``?id=I``: only rule ``I``, the ``id`` the POST answered). A rule matches requests by method and path prefix
+(and ``path_suffix``, e.g. ``/events`` for every job's events endpoint), and optionally by a header value
 (``header``/``header_value``, e.g. AWS's ``X-Amz-Target``) and a text in the body
 (``body_contains``, e.g. a job name), so an RPC-style API with one path can be faulted per call
 and per job. ``/_local`` paths are never faulted. A rule fires ``count`` times (-1 = forever):
@@ -14,12 +15,18 @@ and per job. ``/_local`` paths are never faulted. A rule fires ``count`` times (
 * ``phase``: ``"before"`` (default) the request never reaches the handler; ``"after"`` the handler runs
   (the job *is* created / cancelled) but the client gets the error, i.e. a lost response;
 * ``body``: answer with this raw text instead (status ``status`` or 200), e.g. a malformed
-  ``<html>`` page where JSON is expected.
+  ``<html>`` page where JSON is expected;
+* ``set_fields``: the handler runs and its JSON answer is served with these fields replaced (one
+  malformed row in a job list, say). A key is a dotted path into the body; a step may pick a list
+  item by one of its fields, ``data[id=ft-1].created_at``, or by position, ``data.0``. A path the
+  answer does not have leaves it as it is.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import threading
 import uuid
 from typing import Any, Literal
@@ -48,12 +55,14 @@ class FaultRule(BaseModel):
     header: str | None = None
     header_value: str | None = None
     body_contains: str | None = None
+    path_suffix: str | None = None
+    set_fields: dict[str, Any] | None = None
     fired: int = 0
 
     def matches(self, method: str, path: str, headers: Any, body: bytes) -> bool:
         if self.count == 0 or (self.method and self.method.upper() != method):
             return False
-        if not path.startswith(self.path_prefix):
+        if not path.startswith(self.path_prefix) or not path.endswith(self.path_suffix or ""):
             return False
         if self.header and (headers.get(self.header) or "") != (self.header_value or ""):
             return False
@@ -119,6 +128,8 @@ class FaultInjector:
             await asyncio.sleep(rule.delay_seconds)
         if rule.body is not None:
             return Response(rule.body, status_code=rule.status or 200, media_type="application/json")
+        if rule.set_fields:
+            return await _rewritten(await call_next(request), rule.set_fields)
         if rule.status is None:
             return await call_next(request)
         if rule.phase == "after":
@@ -127,3 +138,62 @@ class FaultInjector:
                 pass
         headers = {"Retry-After": str(int(rule.retry_after))} if rule.retry_after is not None else None
         return render(request, ApiError(rule.status, rule.code, rule.message, {"injected": True}, headers))
+
+
+async def _rewritten(response: Response, fields: dict[str, Any]) -> Response:
+    """``response`` with ``fields`` (dotted path → value) set in its JSON body; as it was if the body
+    is not JSON."""
+    raw = b"".join([chunk async for chunk in response.body_iterator])
+    headers = {
+        k: v for k, v in response.headers.items() if k.lower() not in ("content-length", "content-type")
+    }
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return Response(
+            raw, status_code=response.status_code, headers=headers, media_type=response.media_type
+        )
+    for path, value in fields.items():
+        set_field(body, path, value)
+    return Response(
+        json.dumps(body), status_code=response.status_code, headers=headers, media_type="application/json"
+    )
+
+
+_STEP = re.compile(r"^(?P<key>[^\[\]]+)(?:\[(?P<field>[^=\]]+)=(?P<value>[^\]]*)\])?$")
+
+
+def set_field(body: Any, path: str, value: Any) -> bool:
+    """Set the field at dotted ``path`` of JSON ``body`` to ``value`` (see :class:`FaultRule`'s
+    ``set_fields``); whether the body has that path."""
+    *parents, leaf = path.split(".")
+    node = body
+    for step in parents:
+        node = _step(node, step)
+        if node is None:
+            return False
+    if isinstance(node, dict):
+        node[leaf] = value
+        return True
+    if isinstance(node, list) and leaf.isdigit() and int(leaf) < len(node):
+        node[int(leaf)] = value
+        return True
+    return False
+
+
+def _step(node: Any, step: str) -> Any:
+    match = _STEP.match(step)
+    if match is None:
+        return None
+    key = match["key"]
+    if isinstance(node, dict):
+        node = node.get(key)
+    elif isinstance(node, list) and key.isdigit() and int(key) < len(node):
+        node = node[int(key)]
+    else:
+        return None
+    if match["field"] is not None:
+        wanted = (match["field"], match["value"])
+        items = node if isinstance(node, list) else []
+        node = next((x for x in items if isinstance(x, dict) and str(x.get(wanted[0])) == wanted[1]), None)
+    return node

@@ -28,7 +28,7 @@ from airflow_training_provider.cancellation import (
 )
 from airflow_training_provider.errors import InvalidJobSpecError, JobNotFoundError, TrainingPlatformError
 from airflow_training_provider.hooks.training import TrainingPlatformHook
-from airflow_training_provider.identity import TaskIdentity
+from airflow_training_provider.identity import TaskIdentity, earlier_jobs_since
 from airflow_training_provider.job_task import (
     STATE_STORE_KEY,
     WORKER_CONFIRM_MARGIN,
@@ -474,7 +474,8 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
         # The worker may have died between submit and the store write: find the job by its tags. An
         # optional endpoint: if the platform refuses it, go on (re-attach relies on the state store).
         try:
-            jobs = [j for j in self.hook.list_jobs(identity.task_tags()) if not j.is_terminal]
+            since = earlier_jobs_since(context)  # PAI lists the last 7 days unless told
+            jobs = [j for j in self.hook.list_jobs(identity.task_tags(), since) if not j.is_terminal]
         except TrainingPlatformError as exc:
             self.log.warning(
                 "Could not look for an earlier try's job by its tags (%s); going on without it: "

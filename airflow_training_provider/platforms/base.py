@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from email.utils import parsedate_to_datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -46,6 +46,7 @@ from airflow_training_provider.models import (
 )
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: HTTP statuses that say nothing about the request itself: retry with backoff.
 TRANSIENT_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
@@ -188,6 +189,52 @@ def unknown_fields(model: BaseModel, path: str = "") -> Iterator[tuple[str, str,
             if isinstance(item, BaseModel):
                 suffix = f".{index}" if isinstance(value, list) else ""
                 yield from unknown_fields(item, f"{path}{name}{suffix}.")
+
+
+def readable_rows(platform: str, rows: Any, parse: Callable[[Any], T], id_path: str) -> list[T]:
+    """Every row of a list answer that ``parse`` reads, in order. A row it cannot read (a wrongly
+    typed or missing field: ``ValueError``, pydantic's ``ValidationError`` included, ``TypeError``,
+    ``KeyError``) is left out and logged, naming the row (the value at the dotted ``id_path`` when
+    readable, else its position) and the field at fault: one bad record never hides the others.
+
+    :param platform: the dialect's name, for the log line.
+    :raises ValueError: ``rows`` is not a list (then the answer itself is malformed)."""
+    if not isinstance(rows, list):
+        raise ValueError(f"{platform}: the list answer's rows are not a list")
+    out = []
+    for index, row in enumerate(rows):
+        try:
+            out.append(parse(row))
+        except (ValueError, TypeError, KeyError) as exc:
+            row_id = _dotted(row, id_path)
+            which = f"job {row_id!r} (row {index + 1})" if row_id is not None else f"row {index + 1}"
+            log.warning(
+                "%s: listed %s is left out, it does not read as a job (%s); the other rows are kept",
+                platform,
+                which,
+                _what_failed(exc),
+            )
+    return out
+
+
+def _dotted(value: Any, path: str) -> Any:
+    """``value["a"]["b"]`` for ``"a.b"``; ``None`` when a step is missing or not a mapping."""
+    for key in path.split("."):
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(key)
+    return value if isinstance(value, str | int) else None
+
+
+def _what_failed(exc: Exception) -> str:
+    """``field 'a.b': <why>`` of a pydantic error; the error's first line otherwise."""
+    if isinstance(exc, ValidationError) and exc.errors():
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        return f"field '{where}': {err['msg']}" if where else err["msg"]
+    if isinstance(exc, KeyError):
+        return f"field {exc.args[0]!r} is missing" if exc.args else "a field is missing"
+    return str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
 
 
 @dataclass(frozen=True)
@@ -409,7 +456,12 @@ class Dialect(ABC):
         """Request listing a job's checkpoints, or ``None`` if the job object already has them."""
         return None
 
-    def list_request(self, tags: list[str]) -> ApiRequest:
+    def list_request(self, tags: list[str], created_after: datetime | None = None) -> ApiRequest:
+        """Request listing the jobs carrying every one of ``tags`` (read with :meth:`parse_list`).
+
+        :param created_after: the jobs wanted were created after this (UTC); a platform whose list
+            only covers a recent window unless told (PAI: 7 days) sends it, the others list every
+            job and ignore it."""
         raise NotImplementedError(f"{self.name} cannot list jobs")
 
     def probe_request(self) -> ApiRequest:
@@ -472,8 +524,18 @@ class Dialect(ABC):
     def parse_checkpoints(self, body: Any) -> list[Checkpoint]:
         return []
 
+    #: dotted path of a job's id in a row of the list answer (names a row :meth:`parse_list` leaves out)
+    list_row_id: ClassVar[str] = "id"
+
     def parse_list(self, body: Any) -> list[TrainingJob]:
+        """The jobs of a list answer; a row that does not read as a job is left out and logged
+        (:meth:`listed_jobs`). :raises ValueError: the answer is not a list of jobs at all."""
         raise NotImplementedError(f"{self.name} cannot list jobs")
+
+    def listed_jobs(self, rows: Any, parse: Callable[[Any], TrainingJob] | None = None) -> list[TrainingJob]:
+        """``rows`` of a list answer read by ``parse`` (:meth:`parse_job` by default), keeping every
+        row it can read (:func:`readable_rows`). :raises ValueError: ``rows`` is not a list."""
+        return readable_rows(self.name, rows, parse or self.parse_job, self.list_row_id)
 
     def parse_events(self, body: Any) -> list[JobEvent]:
         return []

@@ -151,7 +151,7 @@ class WireJob(_Wire):
 
 
 class WireSearch(_Wire):
-    items: list[dict[str, Any]] = Field(default_factory=list)
+    items: list[Any] = Field(default_factory=list)  # each row read on its own (Dialect.listed_jobs)
     total: int | None = None
 
 
@@ -322,6 +322,7 @@ class ModelArtsDialect(Dialect):
     name = "modelarts"
     spec_model = ModelArtsJobSpec
     environment_field = "algorithm.environments"
+    list_row_id = "metadata.id"
     capabilities = Capabilities(
         # a terminate stops the containers: SIGTERM, then SIGKILL after the grace period
         final_checkpoint_on_cancel=True,
@@ -422,10 +423,10 @@ class ModelArtsDialect(Dialect):
         """Terminate (``POST …/actions`` ``{"action_type": "terminate"}``): no reason or checkpoint options."""
         return ApiRequest("POST", f"{PATH}/{job_id}/actions", body={"action_type": "terminate"})
 
-    def list_request(self, tags: list[str]) -> ApiRequest:
+    def list_request(self, tags: list[str], created_after: datetime | None = None) -> ApiRequest:
         """The job search: live jobs, and with a task instance's tags only the jobs whose name holds
         its digest (:func:`identity_digest`); one page of 50, oldest first. The annotations are
-        checked on the answer."""
+        checked on the answer. Live jobs of any age are searched (``created_after`` is not needed)."""
         filters: list[dict[str, Any]] = [{"key": "phase", "operator": "in", "value": list(LIVE_PHASES)}]
         if digest := identity_digest(tags):
             filters.append({"key": "name", "operator": "like", "value": [digest]})
@@ -529,7 +530,8 @@ class ModelArtsDialect(Dialect):
         return CancelResult(job_id=job_id, state=JobState.STOPPING)
 
     def parse_list(self, body: Any) -> list[TrainingJob]:
-        return [self.parse_job(job) for job in WireSearch.model_validate(body or {}).items]
+        """The search's ``items``; a row that does not read as a job is left out (logged)."""
+        return self.listed_jobs(WireSearch.model_validate(body or {}).items)
 
     def parse_events(self, body: Any) -> list[JobEvent]:
         """``{"events": [{"time", "level", "message", "source"}]}`` (asked oldest first)."""

@@ -25,7 +25,7 @@ import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
@@ -94,6 +94,14 @@ def endpoint_of(region: str) -> str:
     return f"https://{ENDPOINT_EXCEPTIONS.get(region, f'pai.{region}.aliyuncs.com')}"
 
 
+def pai_time(value: datetime) -> str:
+    """``value`` as PaiStudio's query times are written: UTC, ``%Y-%m-%dT%H:%M:%SZ`` (the format of
+    ``GmtCreateTime``); a naive ``value`` is taken as UTC."""
+    if value.tzinfo is not None:
+        value = value.astimezone(UTC)
+    return value.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 # -- wire models: GetTrainingJob / ListTrainingJobs (docs/platforms/pai.md) ----------------------------
 _Wire = WireModel
 
@@ -146,7 +154,7 @@ class WireJob(_Wire):
 
 
 class WireList(_Wire):
-    TrainingJobs: list[dict[str, Any]] = Field(default_factory=list)
+    TrainingJobs: list[Any] = Field(default_factory=list)  # each row read on its own (Dialect.listed_jobs)
     TotalCount: int | str | None = None
 
 
@@ -278,6 +286,7 @@ class PaiDialect(Dialect):
     name = "pai"
     spec_model = PaiJobSpec
     environment_field = "Environments"
+    list_row_id = "TrainingJobId"
     capabilities = Capabilities(
         # a stop terminates the containers: SIGTERM, then SIGKILL after the grace period
         final_checkpoint_on_cancel=True,
@@ -388,10 +397,20 @@ class PaiDialect(Dialect):
         """``StopTrainingJob`` (``PUT …/stop``): no reason, checkpoint or grace options."""
         return self._call("StopTrainingJob", "PUT", f"{PATH}/{job_id}/stop")
 
-    def list_request(self, tags: list[str]) -> ApiRequest:
-        params: dict[str, Any] = {"PageSize": 100, "PageNumber": 1, "SortBy": "GmtCreateTime", "Order": "ASC"}
+    def list_request(self, tags: list[str], created_after: datetime | None = None) -> ApiRequest:
+        """``ListTrainingJobs`` by ``Labels``, newest first (one page of 100: the jobs a re-attach
+        or the reaper looks for are recent ones). ``StartTime`` (``created_after``, UTC) bounds the
+        jobs' creation time: without it PAI lists only the jobs created in the last 7 days."""
+        params: dict[str, Any] = {
+            "PageSize": 100,
+            "PageNumber": 1,
+            "SortBy": "GmtCreateTime",
+            "Order": "DESC",
+        }
         if labels := tag_pairs(tags):
             params["Labels"] = json.dumps(labels, separators=(",", ":"), sort_keys=True)
+        if created_after is not None:
+            params["StartTime"] = pai_time(created_after)
         return self._call("ListTrainingJobs", "GET", PATH, params=params)
 
     def probe_request(self) -> ApiRequest:
@@ -516,7 +535,9 @@ class PaiDialect(Dialect):
         return CancelResult(job_id=job_id, state=JobState.STOPPING)
 
     def parse_list(self, body: Any) -> list[TrainingJob]:
-        return [self.parse_job(job) for job in WireList.model_validate(body or {}).TrainingJobs]
+        """``{"TrainingJobs": [job…]}`` (asked newest first) oldest first; a row that does not read
+        as a job is left out (logged)."""
+        return self.listed_jobs(WireList.model_validate(body or {}).TrainingJobs)[::-1]
 
     def parse_events(self, body: Any) -> list[JobEvent]:
         """``{"Events": ["<time> [<type>] <text>", ...]}`` oldest first; a line in another shape is

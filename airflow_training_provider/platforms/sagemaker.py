@@ -160,7 +160,7 @@ class WireJob(_Wire):
 
 
 class WireSearch(_Wire):
-    Results: list[dict[str, Any]] = Field(default_factory=list)
+    Results: list[Any] = Field(default_factory=list)  # each row read on its own (Dialect.listed_jobs)
     NextToken: str | None = None
 
 
@@ -299,6 +299,7 @@ class SageMakerDialect(Dialect):
     name = "sagemaker"
     spec_model = SageMakerJobSpec
     environment_field = "Environment"
+    list_row_id = "TrainingJob.TrainingJobName"
     capabilities = Capabilities(
         # a stop always sends SIGTERM and waits up to 120 s for the algorithm to save its state
         final_checkpoint_on_cancel=True,
@@ -378,7 +379,9 @@ class SageMakerDialect(Dialect):
         """``StopTrainingJob``: no options — SageMaker always sends SIGTERM and waits up to 120 s."""
         return self._op("StopTrainingJob", {"TrainingJobName": job_id})
 
-    def list_request(self, tags: list[str]) -> ApiRequest:
+    def list_request(self, tags: list[str], created_after: datetime | None = None) -> ApiRequest:
+        """``Search`` (Resource ``TrainingJob``) by tag, oldest first: every job, whatever its age
+        (``created_after`` is not needed)."""
         filters = [
             {"Name": f"Tags.{k}", "Operator": "Equals", "Value": v} for k, v in tag_pairs(tags).items()
         ]
@@ -495,8 +498,14 @@ class SageMakerDialect(Dialect):
         return CancelResult(job_id=job_id, state=JobState.STOPPING)
 
     def parse_list(self, body: Any) -> list[TrainingJob]:
-        results = WireSearch.model_validate(body or {}).Results
-        return [self.parse_job(r["TrainingJob"]) for r in results if isinstance(r.get("TrainingJob"), dict)]
+        """``Search`` results' ``TrainingJob`` records; a row that does not read as a job is left
+        out (logged)."""
+        return self.listed_jobs(WireSearch.model_validate(body or {}).Results, self._search_row)
+
+    def _search_row(self, row: Any) -> TrainingJob:
+        if not isinstance(row, dict) or not isinstance(row.get("TrainingJob"), dict):
+            raise ValueError("the row holds no TrainingJob record")
+        return self.parse_job(row["TrainingJob"])
 
     def decisive_event(self, events: list[JobEvent]) -> JobEvent | None:
         """``FailureReason`` is the reason; a transition message is only a fallback."""

@@ -148,7 +148,7 @@ class WireCheckpointList(_Wire):
 
 
 class WireJobList(_Wire):
-    jobs: list[WireJob] = Field(default_factory=list)
+    jobs: list[Any] = Field(default_factory=list)  # each row read on its own (Dialect.listed_jobs)
     totalCount: int | None = None
 
 
@@ -289,6 +289,7 @@ class TensorOneDialect(Dialect):
         metric_history=True,  # the metrics saved with each checkpoint
         cost_usd=True,  # costs.currentCost
     )
+    list_row_id = "jobId"
     status_map = {
         "queued": JobState.QUEUED,
         "initializing": JobState.STARTING,
@@ -348,7 +349,9 @@ class TensorOneDialect(Dialect):
             params={"sortBy": "createdAt", "sortOrder": "asc"},
         )
 
-    def list_request(self, tags: list[str]) -> ApiRequest:
+    def list_request(self, tags: list[str], created_after: datetime | None = None) -> ApiRequest:
+        """``GET /v2/training/jobs?tag=…&limit=100``: every job, whatever its age (``created_after``
+        is not needed)."""
         return ApiRequest("GET", "/v2/training/jobs", params=[("tag", t) for t in tags] + [("limit", 100)])
 
     def probe_request(self) -> ApiRequest:
@@ -451,7 +454,8 @@ class TensorOneDialect(Dialect):
         return [self._checkpoint(c) for c in WireCheckpointList.model_validate(body).checkpoints]
 
     def parse_list(self, body: Any) -> list[TrainingJob]:
-        return [self.parse_job(j.model_dump()) for j in WireJobList.model_validate(body).jobs]
+        """``{"jobs": [job…]}``; a row that does not read as a job is left out (logged)."""
+        return self.listed_jobs(WireJobList.model_validate(body).jobs)
 
     def error_fields(self, body: Any) -> tuple[str | None, str | None, str | None]:
         if not isinstance(body, dict):

@@ -134,6 +134,12 @@ class WireCheckpoint(_Wire):
     checkpoint: str | None = None
 
 
+class WireRows(_Wire):
+    """``{"data": [...]}`` of the job list, each row read on its own (``Dialect.listed_jobs``)."""
+
+    data: list[Any] = Field(default_factory=list)
+
+
 class WireDataList(_Wire):
     """``{"data": [...]}``: events, checkpoints and list answers."""
 
@@ -396,7 +402,9 @@ class TogetherDialect(Dialect):
     def events_request(self, job_id: str) -> ApiRequest:
         return ApiRequest("GET", f"{PATH}/{job_id}/events")
 
-    def list_request(self, tags: list[str]) -> ApiRequest:
+    def list_request(self, tags: list[str], created_after: datetime | None = None) -> ApiRequest:
+        """``GET /v1/fine-tunes``: every job of the account, whatever its age (``created_after`` is
+        not needed)."""
         return ApiRequest("GET", PATH, params=[(TAG_QUERY_PARAM, t) for t in tags] or None)
 
     def metrics_request(self, job_id: str) -> ApiRequest:
@@ -513,8 +521,10 @@ class TogetherDialect(Dialect):
 
     def parse_list(self, body: Any) -> list[TrainingJob]:
         """Tagged jobs only, oldest first. Together lists every job of the account and cannot filter by
-        tag; a job without identity tags was not submitted by this provider (see the module doc)."""
-        jobs = [self.parse_job(row) for row in _data(body)]
+        tag; a job without identity tags was not submitted by this provider (see the module doc). A
+        row that does not read as a job is left out (logged)."""
+        rows = body if isinstance(body, list) else WireRows.model_validate(body or {}).data
+        jobs = self.listed_jobs(rows)
         jobs = [j for j in jobs if j.tags]
         if all(j.created_at is not None for j in jobs):
             jobs.sort(key=lambda j: j.created_at)

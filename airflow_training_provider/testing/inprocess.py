@@ -10,6 +10,12 @@ task state store, so re-attach and retry logic can be exercised too::
     ctx = task_context(op)                              # try 1
     result = run_task(op, ctx)
     retry = task_context(op, try_number=2, state=ctx)   # the next try sees the same task state store
+
+What the provider asks Airflow about *other* task instances (the orphan reaper) goes through the
+Task SDK's supervisor channel; :class:`InMemoryAirflow` answers it from a dict::
+
+    with InMemoryAirflow({("dag", "run", "train", -1): TaskInstanceRecord("failed")}).installed():
+        report = run_task(ReapOrphanedTrainingJobsOperator(...), ctx)
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -131,3 +139,83 @@ def run_task(operator: Any, context: dict[str, Any], max_deferrals: int = 10) ->
                 method, kwargs, context
             )
     raise RuntimeError(f"{operator.task_id} deferred more than {max_deferrals} times")
+
+
+@dataclass(frozen=True)
+class TaskInstanceRecord:
+    """A task instance as Airflow would tell it: its ``state`` (``None``: Airflow does not know it)
+    and the job id its current try pushed to XCom (``job_id``)."""
+
+    state: str | None
+    job_id: str | None = None
+
+
+class InMemoryAirflow:
+    """Answers from memory the Task SDK's supervisor requests the provider makes outside its own
+    task's context: ``GetTaskStates`` and the ``job_id`` XCom of other task instances (the orphan
+    reaper) from ``task_instances``, keyed by ``(dag_id, run_id, task_id, map_index)``, and
+    ``SetXCom``/``GetXCom`` of other keys (a trigger's event cursor) from what was set. A value of
+    ``task_instances`` that is an exception is raised for that task instance, as the supervisor's
+    channel raises when the API server fails (``AirflowRuntimeError``)."""
+
+    def __init__(
+        self, task_instances: dict[tuple[str, str, str, int], TaskInstanceRecord | Exception] | None = None
+    ) -> None:
+        self.task_instances = task_instances or {}
+        self.xcoms: dict[tuple[str, str, str, int, str], Any] = {}
+        self.requests: list[Any] = []
+
+    def _record(self, key: tuple[str, str, str, int]) -> TaskInstanceRecord | None:
+        found = self.task_instances.get(key)
+        if isinstance(found, Exception):
+            raise found
+        return found
+
+    def send(self, msg: Any) -> Any:
+        """The supervisor's answer to ``msg``. :raises NotImplementedError: a request it does not serve."""
+        from airflow.sdk.execution_time.comms import (
+            GetTaskStates,
+            GetXCom,
+            SetXCom,
+            TaskStatesResult,
+            XComResult,
+        )
+
+        self.requests.append(msg)
+        map_index = -1 if msg.map_index is None else msg.map_index
+        if isinstance(msg, GetTaskStates):
+            states: dict[str, dict[str, Any]] = {}
+            for run_id in msg.run_ids or []:
+                for task_id in msg.task_ids or []:
+                    record = self._record((msg.dag_id, run_id, task_id, map_index))
+                    if record is not None and record.state is not None:
+                        key = task_id if map_index < 0 else f"{task_id}_{map_index}"
+                        states.setdefault(run_id, {})[key] = record.state
+            return TaskStatesResult(task_states=states)
+        ti = (msg.dag_id, getattr(msg, "run_id", ""), getattr(msg, "task_id", ""), map_index)
+        if isinstance(msg, SetXCom):
+            self.xcoms[(*ti, msg.key)] = msg.value
+            return None
+        if isinstance(msg, GetXCom):
+            if (*ti, msg.key) in self.xcoms:
+                return XComResult(key=msg.key, value=self.xcoms[(*ti, msg.key)])
+            record = self._record(ti)
+            value = record.job_id if record is not None and msg.key == "job_id" else None
+            return XComResult(key=msg.key, value=value)
+        raise NotImplementedError(f"InMemoryAirflow does not answer {type(msg).__name__}")
+
+    @contextmanager
+    def installed(self) -> Iterator[InMemoryAirflow]:
+        """Be the supervisor's channel (``task_runner.SUPERVISOR_COMMS``) inside the block."""
+        from airflow.sdk.execution_time import task_runner
+
+        missing = object()
+        before = getattr(task_runner, "SUPERVISOR_COMMS", missing)
+        task_runner.SUPERVISOR_COMMS = self  # type: ignore[assignment]
+        try:
+            yield self
+        finally:
+            if before is missing:
+                del task_runner.SUPERVISOR_COMMS
+            else:
+                task_runner.SUPERVISOR_COMMS = before

@@ -118,6 +118,20 @@ def test_the_asyncio_client_works_too(platform):
     assert asyncio.run(run()) in ("0", "1")
 
 
+def test_the_list_covers_the_last_7_days_unless_told_a_start_time(platform):
+    from airflow_training_provider.local_platform.control import LocalPlatformControl
+
+    pai, run = client(platform), uuid.uuid4().hex[:8]
+    job_id = create(pai, f"old-{run}", epochs=1, **{"airflow-run": run})
+    LocalPlatformControl(platform.url).backdate(job_id, 8 * 24 * 3600)  # created 8 days ago
+    listed = pai.list_training_jobs(models.ListTrainingJobsRequest(labels={"airflow-run": run})).body
+    assert listed.training_jobs == [] and int(listed.total_count) == 0
+    nine_days_ago = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 9 * 24 * 3600))
+    request = models.ListTrainingJobsRequest(labels={"airflow-run": run}, start_time=nine_days_ago)
+    found = pai.list_training_jobs(request).body
+    assert [j.training_job_id for j in found.training_jobs] == [job_id]
+
+
 @pytest.mark.parametrize(
     ("key_id", "secret", "code"),
     [

@@ -53,6 +53,9 @@ class Case:
     errors: dict[type[TrainingPlatformError], tuple[int, Any]]  # error kind → (status, body)
     connection: dict[str, Any]  # a complete Airflow connection of this type
     with_tags_in_job: Any = None  # job body → the same job carrying ``tags`` (as the platform echoes them)
+    with_id: Any = None  # (job body, id) → the same job under another id
+    list_answer: Any = None  # rows → the list call's answer holding them
+    broken: tuple[str, Any] = ("", None)  # (the field, job body → the job with that field wrongly typed)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -78,6 +81,9 @@ CASES = [
         },
         connection={"conn_type": "tensorone", "password": "tpo_test_secret"},
         with_tags_in_job=lambda body, tags: {**body, "tags": tags},
+        with_id=lambda body, job_id: {**body, "jobId": job_id},
+        list_answer=lambda rows: {"jobs": rows, "totalCount": len(rows)},
+        broken=("createdAt", lambda body: {**body, "createdAt": "yesterday"}),
     ),
     Case(
         platform=together.PLATFORM,
@@ -107,6 +113,9 @@ CASES = [
         },
         connection={"conn_type": "together", "password": "tg-secret"},
         with_tags_in_job=lambda body, tags: {**body, together.TAGS_KEY: tags},
+        with_id=lambda body, job_id: {**body, "id": job_id},
+        list_answer=lambda rows: {"data": rows},
+        broken=("created_at", lambda body: {**body, "created_at": "yesterday"}),
     ),
     Case(
         platform=sagemaker.PLATFORM,
@@ -150,6 +159,9 @@ CASES = [
             **body,
             "Tags": [{"Key": k, "Value": v} for k, v in tag_pairs(tags).items()],
         },
+        with_id=lambda body, job_id: {**body, "TrainingJobName": job_id},
+        list_answer=lambda rows: {"Results": [{"TrainingJob": row} for row in rows]},
+        broken=("CreationTime", lambda body: {**body, "CreationTime": "yesterday"}),
     ),
     Case(
         platform=pai.PLATFORM,
@@ -200,6 +212,9 @@ CASES = [
             **body,
             "Labels": [{"Key": k, "Value": v} for k, v in tag_pairs(tags).items()],
         },
+        with_id=lambda body, job_id: {**body, "TrainingJobId": job_id},
+        list_answer=lambda rows: {"TrainingJobs": rows, "TotalCount": len(rows), "RequestId": "r"},
+        broken=("GmtCreateTime", lambda body: {**body, "GmtCreateTime": "yesterday"}),
     ),
     Case(
         platform=modelarts.PLATFORM,
@@ -235,6 +250,12 @@ CASES = [
             **body,
             "metadata": {**body["metadata"], "annotations": tag_pairs(tags)},
         },
+        with_id=lambda body, job_id: {**body, "metadata": {**body["metadata"], "id": job_id}},
+        list_answer=lambda rows: {"items": rows, "total": len(rows), "count": len(rows)},
+        broken=(
+            "metadata.create_time",
+            lambda body: {**body, "metadata": {**body["metadata"], "create_time": "yesterday"}},
+        ),
     ),
 ]
 IDS = [c.platform.conn_type for c in CASES]
@@ -318,6 +339,34 @@ def test_identity_tags_round_trip(case):
     tagged = dialect.with_tags(case.spec, tags)
     assert dialect.validate_spec(tagged) and tagged is not case.spec
     assert dialect.parse_job(case.with_tags_in_job(case.job, tags)).tags == tags
+
+
+@every_platform
+def test_a_list_row_that_does_not_read_is_left_out_and_the_others_kept(case, caplog):
+    dialect = case.platform.dialect()
+    tags = ["airflow-deployment:d", "airflow-dag:x", "airflow-task:t"]
+    rows = [case.with_tags_in_job(case.with_id(case.job, f"job-{n}"), tags) for n in ("a", "b", "c")]
+    field_name, broken = case.broken
+    rows[1] = broken(rows[1])
+    with pytest.raises(ValueError):  # the field is wrongly typed: the job alone does not read
+        dialect.parse_job(rows[1])
+    with caplog.at_level(logging.WARNING, logger="airflow_training_provider.platforms.base"):
+        jobs = dialect.parse_list(case.list_answer(rows))
+    assert sorted(j.id for j in jobs) == ["job-a", "job-c"]
+    assert all(set(tags) <= set(j.tags) for j in jobs)
+    (warning,) = [
+        r.getMessage() for r in caplog.records if r.name == "airflow_training_provider.platforms.base"
+    ]
+    assert warning.startswith(f"{dialect.name}: listed job 'job-b' (row 2) is left out")
+    assert f"field '{field_name}'" in warning and warning.endswith("the other rows are kept")
+
+
+@every_platform
+def test_a_list_answer_whose_rows_are_not_a_list_is_malformed(case):
+    body = {key: "not a list" if value == [] else value for key, value in case.list_answer([]).items()}
+    assert "not a list" in body.values()
+    with pytest.raises(ValueError):
+        case.platform.dialect().parse_list(body)
 
 
 @every_platform

@@ -193,6 +193,18 @@ def test_labels_name_and_resume():
     assert {"Name": "model", "OutputUri": "oss://bucket/out/model/"} in resumed["OutputChannels"]
 
 
+def test_the_list_covers_the_window_asked_for_newest_first_and_reads_oldest_first():
+    # ListTrainingJobs lists only the last 7 days unless StartTime is sent (PaiStudio API reference)
+    since = datetime(2025, 2, 1, 9, 30, tzinfo=UTC)
+    listing = D.list_request(["airflow-deployment:prod"], since)
+    assert listing.params["StartTime"] == "2025-02-01T09:30:00Z" and "EndTime" not in listing.params
+    assert (listing.params["SortBy"], listing.params["Order"]) == ("GmtCreateTime", "DESC")
+    assert "StartTime" not in D.list_request(["airflow-deployment:prod"]).params
+    newest_first = {"TrainingJobs": [{**JOB, "TrainingJobId": f"train{n}"} for n in (3, 2, 1)]}
+    assert [j.id for j in D.parse_list(newest_first)] == ["train1", "train2", "train3"]
+    assert pai.pai_time(datetime(2025, 2, 1, 10, 30)) == "2025-02-01T10:30:00Z", "naive is UTC"
+
+
 def test_endpoint_follows_the_region_including_the_exceptions():
     assert pai.endpoint_of("cn-beijing") == "https://pai.cn-beijing.aliyuncs.com"
     assert pai.endpoint_of("cn-hangzhou") == "https://pai.cn-hangzhou.data.aliyun.com"

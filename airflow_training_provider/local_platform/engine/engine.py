@@ -327,6 +327,14 @@ class TrainingEngine:
             "balance_left_usd": left,
         }
 
+    def backdate(self, job_id: str, seconds: float) -> dict[str, Any]:
+        """Move the job's creation time ``seconds`` into the past (for tests of lists bounded in
+        time, e.g. PAI's 7-day window); its snapshot. Raises JobNotFound."""
+        with self._lock:
+            job = self._find(job_id, None)
+            job.created_at -= seconds
+            return self._snapshot(job)
+
     def set_tags(self, job_id: str, tags: list[str]) -> dict[str, Any]:
         """Replace the job's tags (``"key:value"`` strings); its snapshot. Raises JobNotFound."""
         with self._lock:

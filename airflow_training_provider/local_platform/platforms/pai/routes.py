@@ -5,7 +5,8 @@ request checked against its ACS3-HMAC-SHA256 signature (:mod:`.acs3`).
 (GetTrainingJob; ``EntityNotExist.TrainingJob`` 404 for an unknown one), ``PUT …/{id}/stop``
 (StopTrainingJob; ``TrainingJobStatusNotAllowed`` 400 for a job that has ended),
 ``GET /api/v1/trainingjobs`` (ListTrainingJobs: ``Labels`` as a JSON map, ``Status``,
-``TrainingJobName``, ``WorkspaceId``, ``SortBy``/``Order``, ``PageNumber``/``PageSize``),
+``TrainingJobName``, ``WorkspaceId``, ``SortBy``/``Order``, ``PageNumber``/``PageSize``, and
+``StartTime``/``EndTime`` bounding the creation time, by default the last 7 days as on PAI),
 ``GET …/{id}/events``, ``GET …/{id}/metrics``, ``GET …/{id}/latestmetrics``,
 ``GET …/{id}/errorinfo``. Every answer carries a ``RequestId``.
 """
@@ -13,6 +14,8 @@ request checked against its ACS3-HMAC-SHA256 signature (:mod:`.acs3`).
 from __future__ import annotations
 
 import json
+import time
+from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -30,6 +33,8 @@ from airflow_training_provider.local_platform.platforms.pai.acs3 import verify
 
 PATH = "/api/v1/trainingjobs"
 _TERMINAL = ("succeeded", "failed", "cancelled")
+#: ListTrainingJobs without ``StartTime`` lists the jobs created in the last 7 days (PAI's default)
+LIST_WINDOW_SECONDS = 7 * 24 * 3600
 
 
 def build_router(
@@ -73,7 +78,10 @@ def build_router(
     async def list_jobs(request: Request) -> JSONResponse:
         await checked(request)
         q = request.query_params
-        jobs = [wire.job_to_wire(r) for r in engine.list(wire.PLATFORM)]
+        end = _time(q.get("EndTime"), "EndTime", time.time())
+        start = _time(q.get("StartTime"), "StartTime", end - LIST_WINDOW_SECONDS)
+        records = [r for r in engine.list(wire.PLATFORM) if start <= r["created_at"] <= end]
+        jobs = [wire.job_to_wire(r) for r in records]
         if labels := q.get("Labels"):
             try:
                 wanted = json.loads(labels)
@@ -174,6 +182,17 @@ def build_router(
 def _has_labels(job: dict[str, Any], wanted: dict[str, Any]) -> bool:
     have = {label["Key"]: label["Value"] for label in job["Labels"]}
     return all(have.get(k) == str(v) for k, v in wanted.items())
+
+
+def _time(raw: str | None, field: str, default: float) -> float:
+    """A query time (UTC ISO 8601, ``2025-03-01T10:00:00Z``) as UNIX seconds; ``default`` if absent."""
+    if not raw:
+        return default
+    try:
+        when = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        raise wire.bad(field, f"'{raw}' is not a UTC time like 2025-03-01T10:00:00Z") from None
+    return (when if when.tzinfo is not None else when.replace(tzinfo=UTC)).timestamp()
 
 
 def _positive(raw: str | None, field: str, default: int) -> int:
