@@ -183,6 +183,9 @@ class JobOperations:
         self.clock = clock
         self._console: tuple[str, str | None] = ("", None)  # the last job id and its console link
         self._unreadable: set[tuple[str, str]] = set()  # (job id, kind) warned about
+        #: where the operations' own warnings go; a trigger points it at its task's log (the
+        #: triggerer writes only the trigger's own logger into the task log)
+        self.log: logging.Logger | logging.LoggerAdapter = log
 
     def _optional(self, kind: Auxiliary, job_id: str, read: _Read[T] | None) -> Operation[T | None]:
         """An auxiliary read: its value, or ``None`` when it is refused (401/403/404 on its
@@ -201,7 +204,7 @@ class JobOperations:
         except (TrainingPlatformError, *_MALFORMED) as exc:
             if (job_id, kind.name) not in self._unreadable:
                 self._unreadable.add((job_id, kind.name))
-                log.warning(
+                self.log.warning(
                     "%s of job %s %s not readable (%s): %s; status polling goes on",
                     kind.subject,
                     job_id,

@@ -259,8 +259,10 @@ class AirflowStack:
             time.sleep(2)
         raise AssertionError(f"DAGs never parsed: {missing}")
 
-    def trigger(self, dag_id: str, conf: dict | None = None) -> str:
-        body = {"logical_date": None, "conf": conf or {}}
+    def trigger(self, dag_id: str, conf: dict | None = None, logical_date: str | None = None) -> str:
+        """Start a DAG run of ``dag_id`` (without a logical date unless given, ISO 8601: then the
+        run has ``ds``, ``ds_nodash``... as a scheduled run does); its run id."""
+        body = {"logical_date": logical_date, "conf": conf or {}}
         return self.call("POST", f"/dags/{dag_id}/dagRuns", json=body)["dag_run_id"]
 
     @staticmethod

@@ -169,6 +169,7 @@ class TrainingJobTrigger(BaseTrigger):
         watch_stop_signals()  # once per process: no events written once it is told to stop
         retry = RetryPolicy(call_timeout=min(30.0, polling.poll_interval * 2 + 5))
         async with AsyncTrainingPlatformHook(self.conn_id, retry).client() as client:  # the hook is not kept
+            client.ops.log = self.log  # its warnings (an unreadable auxiliary read) belong in the task log
             cursor = None
             if client.dialect.capabilities.events:
                 cursor = max(self.event_cursor, await self._load_cursor())

@@ -25,6 +25,7 @@ from airflow_training_provider.testing.inprocess import (
     task_context,
 )
 from airflow_training_provider.testing.killpaths.flavors import FLAVORS
+from airflow_training_provider.triggers.training_job import TrainingJobTrigger
 
 OPERATIONS = "airflow_training_provider.lifecycle.operations"
 DIALECTS = "airflow_training_provider.platforms.base"
@@ -51,7 +52,9 @@ def warnings_of(caplog, logger: str) -> list[str]:
 
 @pytest.mark.parametrize("deferrable", [True, False], ids=["deferred", "worker"])
 @pytest.mark.parametrize("conn", ["pai", "modelarts", "together"])
-def test_events_refused_for_good_never_fail_the_task_and_are_warned_once(control, conn, deferrable, caplog):
+def test_events_refused_for_good_never_fail_the_task_and_are_warned_once(
+    control, conn, deferrable, caplog, capfd
+):
     rule = control.add_fault(
         method="GET", path_prefix=JOB_PATHS[conn], path_suffix="/events", status=403, count=-1,
         message="You are not authorized to read the events of this job",
@@ -68,7 +71,13 @@ def test_events_refused_for_good_never_fail_the_task_and_are_warned_once(control
     job = control.job(result["id"])
     assert job["state"] == "succeeded" and result["state"] == "succeeded", "the job's own outcome"
     assert fired >= 3, "asked at every poll"
-    (warning,) = [w for w in warnings_of(caplog, OPERATIONS) if "not readable" in w]
+    if deferrable:  # the trigger's own (structlog) logger: the one the triggerer writes into the task log
+        trigger_logger = TrainingJobTrigger(conn_id=op.conn_id, job_id="j").log.name
+        printed = [line for line in capfd.readouterr().out.splitlines() if "not readable" in line]
+        assert len(printed) == 1 and f"[{trigger_logger}]" in printed[0], printed
+        warning = printed[0].split("] ", 1)[1].rsplit(" [", 1)[0]
+    else:
+        (warning,) = [w for w in warnings_of(caplog, OPERATIONS) if "not readable" in w]
     assert warning.startswith(f"Events of job {job['job_id']} are not readable (403 Forbidden")
     assert "/events" in warning and warning.endswith("status polling goes on")
     logged = "\n".join(r.getMessage() for r in caplog.records)

@@ -273,6 +273,19 @@ def test_k21_killing_one_mapped_task_instance_cancels_only_its_own_job(outcome):
     assert outcome.notes["sibling_states"] == {0: "deferred", 2: "deferred"}
 
 
+@scenario("k14b_auxiliary_refused")
+def test_k14b_a_refused_auxiliary_endpoint_never_fails_the_wait(outcome):
+    assert outcome.notes["states"] == {"train": "success", "train_on_worker": "success"}
+    assert outcome.submits == 2 and all(job["state"] == "succeeded" for job in outcome.jobs)
+    assert outcome.cancels == []
+    for task, log in outcome.notes["logs"].items():
+        warnings = [line for line in log.splitlines() if "not readable (403" in line]
+        assert warnings, (task, _provider_lines(log))
+        kinds = [json.loads(line)["event"].split(" of job ")[0] for line in warnings]
+        assert len(kinds) == len(set(kinds)), f"{task}: warned more than once per kind: {kinds}"
+        assert not any("credential" in line.lower() for line in warnings), warnings
+
+
 @scenario("k21b_mapped_name_stem")
 def test_k21b_mapped_task_instances_with_one_name_stem_each_get_their_own_job(outcome):
     by_index = outcome.notes["by_index"]

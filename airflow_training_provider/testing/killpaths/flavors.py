@@ -211,6 +211,8 @@ class Flavor:
         ``CeleryExecutor``; the stack runs both).
     :ivar name_key: where a create body names its job (dotted path): the stem the provider makes
         each try's job name from, where the platform names jobs by the client.
+    :ivar auxiliary: the path suffixes of the job's auxiliary endpoints (events, checkpoints,
+        metrics: what a wait reads besides the job's status), if it has any.
     """
 
     name: str
@@ -225,6 +227,7 @@ class Flavor:
     engine_platform: str | None = None
     executor: str = "LocalExecutor"
     name_key: str = "name"
+    auxiliary: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -365,6 +368,7 @@ TENSORONE = Flavor(
     final_checkpoint=True,
     spec=tensorone_spec,
     guard_spec=tensorone_spec(**GUARD_PACE),
+    auxiliary=("/checkpoints",),
 )
 TOGETHER = Flavor(
     "together",
@@ -374,6 +378,7 @@ TOGETHER = Flavor(
     spec=together_spec,
     cancel_reason=False,
     name_key="suffix",
+    auxiliary=("/events", "/checkpoints", "/metrics"),
     auto_cancel_spec=together_spec(epochs=20, seconds_per_epoch=0.5, wandb_key="not-forty-characters"),
     events=True,
     guard_spec=together_spec(**GUARD_PACE, n_evals=GUARD_PACE["epochs"]),  # an evaluation per epoch
@@ -399,6 +404,7 @@ PAI = PaiFlavor(
     events=True,
     name_key="TrainingJobName",
     guard_spec=pai_spec(**GUARD_PACE),
+    auxiliary=("/events", "/metrics"),
 )
 MODELARTS = ModelArtsFlavor(
     "modelarts",
@@ -409,6 +415,7 @@ MODELARTS = ModelArtsFlavor(
     cancel_reason=False,
     events=True,
     name_key="metadata.name",
+    auxiliary=("/events",),
 )
 FLAVORS: dict[str, Flavor] = {f.name: f for f in (TENSORONE, TOGETHER, SAGEMAKER, PAI, MODELARTS)}
 """One flavor per platform, its tasks on the LocalExecutor; keyed by platform (connection type)."""

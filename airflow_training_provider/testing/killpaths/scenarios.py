@@ -818,6 +818,46 @@ def k8_triggerer_reassignment(stack, platform, flavors: list[Flavor]) -> dict[st
     return {f.key: outcomes.pop((f.key, "operator")) for f in flavors}
 
 
+def k14b_auxiliary_refused(stack, platform, flavors: list[Flavor]) -> dict[str, Outcome]:
+    """Every auxiliary endpoint of the platform (events, checkpoints, metrics) answers 403 for good;
+    status reads work. A deferred task and one on the worker: both must succeed with their job,
+    warn once per kind, and never cancel. Exclusive: the rules match every job of the platform."""
+    rules = [
+        platform.add_fault(method="GET", path_prefix=f.jobs_path, path_suffix=suffix, status=403, count=-1)[
+            "id"
+        ]
+        for f in flavors
+        for suffix in f.auxiliary
+    ]
+    try:
+        runs = {f.key: (f.dag("kp_aux_refused"), stack.trigger(f.dag("kp_aux_refused"))) for f in flavors}
+        outcomes = {}
+        for name, (dag, run_id) in runs.items():
+            tis = {
+                t: stack.wait_ti(dag, run_id, t, {"success", "failed"}, timeout=180)
+                for t in ("train", "train_on_worker")
+            }
+            logs = {
+                t: stack.task_log(dag, run_id, t, ti["try_number"], wait_for=("not readable",))
+                for t, ti in tis.items()
+            }
+            outcomes[name] = _finish(
+                stack,
+                platform,
+                "K14b auxiliary endpoints refused for good",
+                dag,
+                run_id,
+                expect_cancel=False,
+                states={t: ti["state"] for t, ti in tis.items()},
+                logs=logs,
+                expected_submits=2,
+            )
+        return outcomes
+    finally:
+        for rule in rules:
+            platform.clear_faults(rule_id=rule)
+
+
 def k17_already_failed(stack, platform, flavors: list[Flavor]) -> dict[str, Outcome]:
     # Hold each operator's first status check until its trainer has failed (it dies within ~5 s).
     for f in flavors:
@@ -951,8 +991,10 @@ def k21_kill_one_mapped(stack, platform, flavor: Flavor) -> Outcome:
 def k21b_mapped_name_stem(stack, platform, flavor: Flavor) -> Outcome:
     """Three map indexes of one task whose spec names the job with the same stem
     (``churn-{{ ds_nodash }}``): each must get a job of its own and succeed."""
+    from datetime import UTC, datetime
+
     dag = flavor.dag("kp_mapped_stem")
-    run_id = stack.trigger(dag)
+    run_id = stack.trigger(dag, logical_date=datetime.now(UTC).isoformat())  # the stem renders ds_nodash
     states = {}
     for index in range(3):
         ti = stack.wait_ti(dag, run_id, "train", {"success", "failed"}, timeout=240, map_index=index)
@@ -1020,6 +1062,7 @@ _TABLE = [
     Scenario(k13c_celery_worker_killed, exclusive=True, executors=CELERY),
     Scenario(k13b_worker_crash_adopt),
     Scenario(k14_flaky_polling),
+    Scenario(k14b_auxiliary_refused, exclusive=True, applies=lambda f: bool(f.auxiliary)),
     Scenario(k15_outage_beyond_budget),
     Scenario(k16_cancelled_outside),
     Scenario(k17_already_failed, exclusive=True),

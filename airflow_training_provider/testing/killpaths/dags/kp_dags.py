@@ -152,6 +152,13 @@ for flavor in ALL_FLAVORS.values():
         with dag(f"kp_mapped{sfx}", default_args=on_executor):
             PidRecordingSubmit.partial(task_id="train", **deferred).expand(spec=[LONG, LONG, LONG])
 
+    if flavor.runs("kp_aux_refused") and flavor.auxiliary:  # K14b: its auxiliary endpoints refused
+        with dag(f"kp_aux_refused{sfx}", default_args=on_executor):
+            short = spec(epochs=10, seconds_per_epoch=0.5)
+            PidRecordingSubmit(task_id="train", spec=short, **fast_deferred)
+            PidRecordingSubmit(task_id="train_on_worker", spec=short, conn_id=conn_id, deferrable=False,
+                               poll_interval=1)  # fmt: skip
+
     if flavor.runs("kp_mapped_stem"):  # K21b: a mapped task whose spec names its job, as the README does
         named = flavor.with_name_stem(spec(epochs=8, seconds_per_epoch=0.5), "churn-{{ ds_nodash }}")
         with dag(f"kp_mapped_stem{sfx}", default_args=on_executor):
