@@ -51,6 +51,7 @@ from __future__ import annotations
 import logging
 import os
 import queue
+import sys
 import threading
 import time
 import uuid
@@ -549,6 +550,27 @@ def _enabled() -> bool:
     from airflow.configuration import conf
 
     return conf.getboolean(CONFIG_SECTION, CONFIG_OPTION, fallback=True)
+
+
+def warm_up() -> None:
+    """In the API server only (where ``airflow.api_fastapi.main`` builds the app and loads the
+    plugins), import on a daemon thread what the listener's first cancel needs (the sync hook,
+    the HTTP provider, the platforms' dialects): a cold first call would add a few seconds of
+    imports between the user's action and the cancel. Elsewhere nothing happens."""
+    if "airflow.api_fastapi.main" not in sys.modules:
+        return
+
+    def _import() -> None:
+        try:
+            import airflow.jobs.job  # noqa: F401
+            import airflow.models.trigger  # noqa: F401
+            import airflow.models.xcom  # noqa: F401
+
+            import airflow_training_provider.hooks.training  # noqa: F401
+        except Exception:  # noqa: BLE001 - an import error shows again, logged, where it matters
+            log.debug("Mark-failed listener: warm-up import failed", exc_info=True)
+
+    threading.Thread(target=_import, name="training-mark-failed-warm-up", daemon=True).start()
 
 
 LISTENER = MarkFailedListener()

@@ -12,7 +12,7 @@ from urllib.parse import urlparse
 from airflow.configuration import conf
 from airflow.plugins_manager import AirflowPlugin
 
-from airflow_training_provider.listeners import LISTENER
+from airflow_training_provider.listeners import LISTENER, warm_up
 from airflow_training_provider.ui.app import create_app
 
 URL_PREFIX = "/training-job"
@@ -43,3 +43,6 @@ class TrainingJobViewPlugin(AirflowPlugin):
         }
     ]
     listeners = [LISTENER]
+
+
+warm_up()  # in the API server: the listener's first cancel without cold imports

@@ -300,3 +300,19 @@ def test_the_plugin_registers_the_listener():
 
     assert TrainingJobViewPlugin.listeners == [LISTENER]
     assert hasattr(LISTENER.on_task_instance_failed, "airflow_impl")  # pluggy's hookimpl mark
+
+
+def test_warm_up_only_in_the_api_server(monkeypatch):
+    import sys
+    import threading
+
+    from airflow_training_provider.listeners import warm_up
+
+    started = []
+    monkeypatch.setattr(threading.Thread, "start", lambda self: started.append(self.name))
+    monkeypatch.delitem(sys.modules, "airflow.api_fastapi.main", raising=False)
+    warm_up()
+    assert started == []
+    monkeypatch.setitem(sys.modules, "airflow.api_fastapi.main", object())
+    warm_up()
+    assert started == ["training-mark-failed-warm-up"]
