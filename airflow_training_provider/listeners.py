@@ -101,6 +101,7 @@ class MarkedFailed:
 
     @property
     def label(self) -> str:
+        """``dag/run/task[map index] try n``, for the API server log."""
         i = self.identity
         return f"{i.dag_id}/{i.run_id}/{i.task_id}[{i.map_index}] try {i.try_number}"
 
@@ -363,6 +364,10 @@ class _DaemonWorkers:
         self._queue: queue.Queue[tuple[Callable[..., Any], tuple[Any, ...]]] = queue.Queue()
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> bool:
+        """Queue ``fn(*args)`` for a worker thread (started on first use in this process).
+
+        :returns: ``False`` if the queue is full (``capacity`` calls waiting): nothing was queued.
+        """
         with self._lock:
             if self._pid != os.getpid():
                 self._pid, self._queue = os.getpid(), queue.Queue(maxsize=self.capacity)
