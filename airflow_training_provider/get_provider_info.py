@@ -60,7 +60,17 @@ def get_provider_info() -> dict[str, Any]:
                         "type": "float",
                         "example": "300",
                         "default": "0",
-                    }
+                    },
+                    "mark_failed_listener": {
+                        "description": "Whether the API server cancels the job of a deferred training "
+                        "task that a user sets to failed (itself or its DAG run) while no live triggerer "
+                        "runs its trigger (which would cancel it in on_kill). Needs the provider installed "
+                        "in the API server and the task's connection readable there.",
+                        "version_added": "0.1.0",
+                        "type": "boolean",
+                        "example": "False",
+                        "default": "True",
+                    },
                 },
             }
         },

@@ -1,7 +1,9 @@
-"""The Airflow plugin behind the "Training job" tab: registered through the ``airflow.plugins``
-entry point (Airflow loads it in the API server), it mounts the view's FastAPI sub-application and
-adds the tab to every task instance (Airflow 3.3 cannot limit a tab to some operators; the page
-says "not a training task" elsewhere)."""
+"""The provider's Airflow plugin, registered through the ``airflow.plugins`` entry point: the
+"Training job" tab — it mounts the view's FastAPI sub-application (in the API server) and adds the
+tab to every task instance (Airflow 3.3 cannot limit a tab to some operators; the page says "not a
+training task" elsewhere) — and the mark-failed listener (:mod:`airflow_training_provider.listeners`:
+a deferred training task set to failed while no triggerer runs its trigger has its job cancelled by
+the API server)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from urllib.parse import urlparse
 from airflow.configuration import conf
 from airflow.plugins_manager import AirflowPlugin
 
+from airflow_training_provider.listeners import LISTENER, warm_up
 from airflow_training_provider.ui.app import create_app
 
 URL_PREFIX = "/training-job"
@@ -25,7 +28,9 @@ def view_href() -> str:
 
 
 class TrainingJobViewPlugin(AirflowPlugin):
-    """The "Training job" task-instance tab and its routes."""
+    """The "Training job" task-instance tab and its routes, and the mark-failed listener (Airflow
+    loads plugins in every component; the listener acts only on the API server's manual
+    set-to-failed path)."""
 
     name = "training_job_view"
     fastapi_apps = [{"app": create_app(), "url_prefix": URL_PREFIX, "name": "Training job view"}]
@@ -37,3 +42,7 @@ class TrainingJobViewPlugin(AirflowPlugin):
             "url_route": "training-job",
         }
     ]
+    listeners = [LISTENER]
+
+
+warm_up()  # in the API server: the listener's first cancel without cold imports

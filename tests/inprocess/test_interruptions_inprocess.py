@@ -157,6 +157,7 @@ def stopping_job(control, **kwargs) -> tuple[dict, dict, str]:
     return spec, first, job_id
 
 
+@pytest.mark.slow  # a stop that takes seconds, as K23 on the real stack
 def test_a_retry_waits_for_a_stopping_job_then_submits_its_own_resuming_from_it(control):
     spec, first, old_id = stopping_job(control, resume_from_checkpoint=True)
     retry = submit("aws", spec, wait_for_completion=False, retries=1, resume_from_checkpoint=True)
@@ -170,6 +171,7 @@ def test_a_retry_waits_for_a_stopping_job_then_submits_its_own_resuming_from_it(
     TrainingPlatformHook("aws_local").cancel_job(new_id)
 
 
+@pytest.mark.slow  # a stop that takes seconds, as K23 on the real stack
 def test_a_job_still_stopping_after_the_wait_is_reported_not_adopted(control):
     spec, first, old_id = stopping_job(control, confirm_cancel_timeout=1)
     before = {j["job_id"] for j in control.jobs(platform="sagemaker")}

@@ -245,7 +245,9 @@ def test_k17_already_failed_job_fails_without_deferral(outcome):
 
 @scenario("k18_reaper_when_triggerer_down")
 def test_k18_reaper_cancels_orphan_when_triggerer_was_down(outcome):
-    assert outcome.notes["untouched"] == "running"  # no provider code ran for the mark-failed
+    # the mark-failed listener's cancel was refused (once), so no provider code stopped the job
+    assert outcome.notes["listener_refused"] == 1
+    assert outcome.notes["untouched"] == "running"
     assert outcome.notes["reaper_state"] == "success"
     assert_cancelled_once_keeping_checkpoints(outcome)
 
@@ -335,3 +337,72 @@ def test_k23_a_retry_never_adopts_a_job_that_is_stopping(outcome):
     assert "is stopping: waiting up to" in log2, _provider_lines(log2)
     assert "Re-attaching" not in log2, _provider_lines(log2)
     assert second["resume_from"], "the retry did not resume from the stopped job's checkpoint"
+
+
+# -- the API server's mark-failed listener (K24; and K1–K4 with the triggerers up) --------------------
+def _run_of(o: Outcome) -> str:
+    return next(t for t in o.jobs[0]["tags"] if t.startswith("airflow-run:")).split(":", 1)[1]
+
+
+def _listener_lines(env, o: Outcome) -> list[str]:
+    stack, _ = env
+    text = stack.components["api-server"].log_path.read_text(errors="replace")
+    run_id = _run_of(o)
+    return [line[:400] for line in text.splitlines() if "Mark-failed listener" in line and run_id in line]
+
+
+@scenario("k24_mark_failed_no_triggerer")
+def test_k24_mark_failed_without_a_triggerer_cancels_at_once(outcome):
+    from airflow_training_provider.listeners import CANCEL_REASON
+    from airflow_training_provider.testing.killpaths.flavors import API_KEY
+
+    assert outcome.notes["triggerers_healthy"], "the triggerers came back"
+    for o in (outcome, outcome.notes["dag_run"]):  # the task instance marked failed; its DAG run
+        log = o.notes["listener_log"]
+        assert o.submits == 1 and o.ti_state == "failed", o.case
+        assert o.notes["state_while_down"] == "cancelled", (o.case, log)
+        # one accepted cancel, also after the triggerers came back; checkpoints kept
+        job = assert_cancelled_once_keeping_checkpoints(o)
+        # from before the harness's PATCH (which itself takes up to ~2.5 s on a loaded 2-core machine)
+        assert o.latency is not None and o.latency < 10, f"{o.case}: cancel {o.latency} s after the PATCH"
+        if flavor_of(job).cancel_reason:
+            assert o.cancels[0]["reason"] == CANCEL_REASON
+        assert o.notes["trigger_after"] is None, "the listener claimed the trigger"
+        assert any(f"cancelling job {job['job_id']}" in line for line in log), log
+        assert not any(API_KEY in line for line in log)
+    keep = outcome.notes.get("keep")  # cancel_on_kill=False (one platform, LocalExecutor)
+    if keep is not None:
+        assert keep.ti_state == "failed" and keep.notes["state_while_down"] == "running"
+        assert keep.cancels == []
+        assert any("cancel_on_kill is off" in line for line in keep.notes["listener_log"]), keep.notes
+    success = outcome.notes.get("success")  # marked success (one platform): the listener is not called
+    if success is None:
+        return
+    assert success.ti_state == "success" and success.notes["state_while_down"] == "running"
+    assert success.cancels == [] and success.notes["listener_log"] == []
+
+
+@scenario("k1_mark_failed")
+def test_k1_listener_leaves_the_cancel_to_the_live_triggerer(outcome, kill_path_env):
+    lines = _listener_lines(kill_path_env, outcome)
+    assert lines and all("not cancelling" in line for line in lines), lines
+
+
+@scenario("k4_dag_run_failed")
+def test_k4_listener_leaves_the_cancel_to_the_live_triggerer(outcome, kill_path_env):
+    lines = _listener_lines(kill_path_env, outcome)
+    assert lines and all("not cancelling" in line for line in lines), lines
+
+
+@scenario("k2_clear")
+def test_k2_clear_never_reaches_the_listener(outcome, kill_path_env):
+    # the clear calls no listener; only the scenario's clean-up (the new try, try 2, marked failed
+    # with the triggerers up) does, and the listener leaves that one to the trigger's on_kill
+    lines = _listener_lines(kill_path_env, outcome)
+    assert not [line for line in lines if "[-1] try 1" in line], lines
+    assert all("not cancelling" in line for line in lines), lines
+
+
+@scenario("k3_mark_success")
+def test_k3_mark_success_never_reaches_the_listener(outcome, kill_path_env):
+    assert _listener_lines(kill_path_env, outcome) == []

@@ -43,6 +43,7 @@ SHAPES = [
     "kp_fails_fast",
     "kp_reaper",
     "kp_mapped",
+    "kp_deferred_keep_on_kill",
 ]
 CELERY_WORKERS = 2
 

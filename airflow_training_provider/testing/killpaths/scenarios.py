@@ -894,9 +894,22 @@ def k18_reaper_when_triggerer_down(stack, platform, flavors: list[Flavor]) -> di
     }
     names = _stop_triggerers(stack)
     try:
+        # The API server's mark-failed listener cancels such a job at once (K24): refuse its cancel,
+        # once per job, so that nothing but the reaper stops the job here.
+        refusals = {
+            n: platform.add_fault(**flavor.cancel_rule(job["job_id"]), status=400, count=1,
+                                  message="Injected fault: this cancel is refused")["id"]
+            for n, (flavor, _, _, job) in runs.items()
+        }  # fmt: skip
         t0 = time.time()
         for _, dag, run_id, _ in runs.values():
             stack.set_ti_state(dag, run_id, "train", "failed")
+        deadline = time.monotonic() + 30
+        while not all(platform.fault(r)["fired"] for r in refusals.values()) and time.monotonic() < deadline:
+            time.sleep(0.3)
+        refused = {n: platform.fault(r)["fired"] for n, r in refusals.items()}
+        for rule_id in refusals.values():
+            platform.clear_faults(rule_id=rule_id)
         time.sleep(3)
         untouched = {n: platform.job(job["job_id"])["state"] for n, (_, _, _, job) in runs.items()}
         reapers = {}
@@ -921,6 +934,7 @@ def k18_reaper_when_triggerer_down(stack, platform, flavors: list[Flavor]) -> di
             expect_cancel=True,
             since=t0,
             untouched=untouched[n],
+            listener_refused=refused[n],
             reaper_state=reapers[n]["state"],
         )
         for n, (_, dag, run_id, _) in runs.items()
@@ -1015,6 +1029,127 @@ def _map_index(job: dict) -> int:
     return int(next(t for t in job["tags"] if t.startswith("airflow-map:")).split(":", 1)[1])
 
 
+# -- K24: mark failed while no triggerer runs the trigger: the API server's listener cancels ------------
+K24_CASES = {
+    "ti": "kp_deferred",  # the task instance marked failed
+    "dag_run": "kp_deferred",  # its DAG run marked failed
+    "keep": "kp_deferred_keep_on_kill",  # marked failed, cancel_on_kill=False: the job keeps running
+    "success": "kp_deferred",  # marked success: not the listener's business
+}
+K24_CANCELLED = ("ti", "dag_run")
+
+
+def _start_deferred_all(stack, platform, dags: dict[Any, str]) -> dict[Any, tuple[str, str, dict]]:
+    """``_start_deferred`` for many DAGs at once: every run triggered first, then each waited for
+    until a triggerer took its trigger and the trigger polled its job. ``{key: (dag, run_id, job)}``."""
+    run_ids = {key: stack.trigger(dag) for key, dag in dags.items()}
+    runs = {}
+    for key, dag in dags.items():
+        job = platform.wait_running(dag, run_ids[key], timeout=240)
+        stack.wait_trigger_running(dag, run_ids[key], "train", timeout=120, settle=0)
+        runs[key] = (dag, run_ids[key], job)
+    rules = {key: platform.add_fault(**flavor_of(job).poll_rule(job["job_id"]), count=1)["id"]
+             for key, (_, _, job) in runs.items()}  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not all(f["fired"] for f in platform.faults() if f["id"] in rules.values()):
+            if time.monotonic() > deadline:
+                raise AssertionError("some triggers never polled their jobs")
+            time.sleep(0.3)
+    finally:
+        for rule_id in rules.values():
+            platform.clear_faults(rule_id=rule_id)
+    return runs
+
+
+def _listener_lines(stack, *needles: str) -> list[str]:
+    """The API server's log lines of the mark-failed listener that mention one of ``needles``."""
+    text = stack.components["api-server"].log_path.read_text(errors="replace")
+    return [
+        line[:400]
+        for line in text.splitlines()
+        if "Mark-failed listener" in line and any(n in line for n in needles)
+    ]
+
+
+def _wait_triggerers_healthy(stack, timeout: float = 90) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        health = requests.get(f"{stack.api}/monitor/health", timeout=10).json()
+        if health.get("triggerer", {}).get("status") == "healthy":
+            return True
+        time.sleep(1)
+    return False
+
+
+def k24_mark_failed_no_triggerer(stack, platform, flavors: list[Flavor]) -> dict[str, Outcome]:
+    """Every triggerer stopped; then, per platform, a deferred task instance is marked failed and
+    another's DAG run is marked failed: the API server's listener cancels each job at once (no
+    ``on_kill`` can run: no triggerer). A task with ``cancel_on_kill=False`` marked failed, and one
+    marked success, keep their jobs (on one platform: the listener decides them before any platform
+    is involved). The triggerers come back and must cancel nothing more."""
+    # the cases where the listener leaves the job run on one platform of the group: it decides
+    # them before any platform is involved (and every task started costs the loaded machine)
+    first = next((f for f in flavors if f.name == "tensorone"), flavors[0])
+    dags = {
+        (f.key, case): f.dag(shape)
+        for f in flavors
+        for case, shape in K24_CASES.items()
+        if f.runs(shape) and (case in K24_CANCELLED or f is first)
+    }
+    runs = _start_deferred_all(stack, platform, dags)
+    names = _stop_triggerers(stack)
+    marked: dict[Any, float] = {}
+    try:
+        for (key, case), (dag, run_id, _) in runs.items():
+            marked[(key, case)] = time.time()
+            if case == "dag_run":
+                stack.set_dag_run_state(dag, run_id, "failed")
+            else:
+                stack.set_ti_state(dag, run_id, "train", "success" if case == "success" else "failed")
+        for (_key, case), (_, _, job) in runs.items():
+            if case in K24_CANCELLED:
+                platform.wait_job(job["job_id"], {"cancelled"}, timeout=60)
+        time.sleep(3)  # a second (wrong) cancel, or one of a job that must keep running, shows by now
+        while_down = {k: platform.job(job["job_id"])["state"] for k, (_, _, job) in runs.items()}
+        triggers = {k: stack.ti(dag, run_id, "train").get("trigger") for k, (dag, run_id, _) in runs.items()}
+    finally:
+        restarted_at = time.time()
+        for name in names:
+            stack.start_triggerer(name)
+    healthy = _wait_triggerers_healthy(stack)
+    time.sleep(8)  # the restarted triggerers pick up what is left and clean up: no cancel from them
+    outcomes: dict[Any, Outcome] = {}
+    for (key, case), (dag, run_id, job) in runs.items():
+        outcomes[(key, case)] = _finish(
+            stack,
+            platform,
+            f"K24 mark failed, no triggerer ({case})",
+            dag,
+            run_id,
+            expect_cancel=case in K24_CANCELLED,
+            since=marked[(key, case)],
+            state_while_down=while_down[(key, case)],
+            trigger_after=triggers[(key, case)],
+            restarted_at=restarted_at,
+            triggerers_healthy=healthy,
+            listener_log=_listener_lines(stack, run_id, job["job_id"]),
+        )
+    latencies = [f"{key} {case} {o.latency:.2f}" for (key, case), o in outcomes.items() if o.latency]
+    _progress(f"k24: cancel arrived (s after the PATCH was sent): {', '.join(latencies)}")
+    for (_key, case), (_, _, job) in runs.items():
+        if case not in K24_CANCELLED:
+            platform.console_cancel(job["job_id"])  # clean up the jobs that were kept
+    results = {}
+    for f in flavors:
+        main = outcomes[(f.key, "ti")]
+        for case in K24_CASES:
+            if case != "ti" and (f.key, case) in outcomes:
+                main.notes[case] = outcomes[(f.key, case)]
+        results[f.key] = main
+    return results
+
+
 LOCAL = frozenset({"LocalExecutor"})
 BOTH = frozenset({"LocalExecutor", "CeleryExecutor"})
 CELERY = frozenset({"CeleryExecutor"})
@@ -1073,6 +1208,7 @@ _TABLE = [
     Scenario(k21b_mapped_name_stem),
     Scenario(k22_worker_shutdown, executors=BOTH),
     Scenario(k23_retry_during_stop, applies=lambda f: f.final_checkpoint),  # a stop that takes seconds
+    Scenario(k24_mark_failed_no_triggerer, exclusive=True, executors=BOTH),
 ]
 SCENARIOS: dict[str, Scenario] = {s.key: s for s in _TABLE}
 """Scenario key (``k1_mark_failed``...) → its row."""

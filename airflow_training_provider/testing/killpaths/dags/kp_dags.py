@@ -51,6 +51,10 @@ for flavor in ALL_FLAVORS.values():
         with dag(f"kp_deferred_mark_success_cancels{sfx}", default_args=on_executor):
             PidRecordingSubmit(task_id="train", spec=LONG, cancel_on_mark_success=True, **deferred)
 
+    if flavor.runs("kp_deferred_keep_on_kill"):  # K24: marked failed with no triggerer, the job kept
+        with dag(f"kp_deferred_keep_on_kill{sfx}", default_args=on_executor):
+            PidRecordingSubmit(task_id="train", spec=LONG, cancel_on_kill=False, **deferred)
+
     if flavor.runs("kp_deferred_reattach_on_clear"):
         with dag(f"kp_deferred_reattach_on_clear{sfx}", default_args=on_executor):
             PidRecordingSubmit(task_id="train", spec=LONG, reattach_on_clear=True, **deferred)
