@@ -34,6 +34,9 @@ def to_seconds(value: Any) -> Any:
 Seconds = Annotated[float, BeforeValidator(to_seconds), Field(ge=0)]
 """A duration in seconds; a ``datetime.timedelta`` is accepted and converted."""
 
+#: TI states of a task instance cleared while its try ran (``restarting``) or after it (a new try
+#: being scheduled).
+CLEARED_STATES = frozenset({"restarting", "scheduled", "queued", "none"})
 #: TI states in which a try is alive (or about to be) and may own a job.
 LIVE_STATES = frozenset(
     {"scheduled", "queued", "running", "deferred", "up_for_retry", "up_for_reschedule", "restarting"}
@@ -53,10 +56,12 @@ class GiveUp(StrEnum):
 
 @dataclass(frozen=True)
 class Decision:
-    """``cancel`` or not, and why (for the log)."""
+    """``cancel`` or not, and why (for the log); ``interrupted``: the job is kept because the
+    try was merely interrupted (its worker stopped), not because of a choice about a give-up."""
 
     cancel: bool
     reason: str
+    interrupted: bool = False
 
 
 class EarlierJob(StrEnum):
@@ -190,6 +195,12 @@ class CancelPolicy(BaseModel):
             if self.cancel_on_mark_success:
                 return Decision(True, "task was marked success and cancel_on_mark_success is on")
             return Decision(False, "task was marked success and cancel_on_mark_success is off")
+        if verified and self.reattach_on_clear and (ti_state is None or ti_state in CLEARED_STATES):
+            return Decision(False, "task was cleared and reattach_on_clear is on: its next try re-attaches")
+        if verified and ti_state == "up_for_retry":  # Airflow itself retries (missed heartbeats)
+            return Decision(
+                False, "Airflow is retrying the task (up_for_retry): the retry re-attaches", interrupted=True
+            )
         if verified and ti_state != "running":
             return Decision(True, f"{GiveUp.WORKER_KILLED.value} (task instance now {ti_state or 'gone'})")
         if not verified and self.cancel_if_unverified:
@@ -201,12 +212,17 @@ class CancelPolicy(BaseModel):
         if self.on_worker_shutdown is OnWorkerShutdown.CANCEL:
             return Decision(True, f"{interrupted}, and on_worker_shutdown is 'cancel'")
         if retry_left:
-            return Decision(False, f"{interrupted}; the job keeps running and the retry re-attaches to it")
+            return Decision(
+                False,
+                f"{interrupted}; the job keeps running and the retry re-attaches to it",
+                interrupted=True,
+            )
         if self.on_worker_shutdown is OnWorkerShutdown.KEEP:
             return Decision(
                 False,
                 f"{interrupted}; no retry remains and on_worker_shutdown is 'keep': the job keeps running "
                 "(a clear with reattach_on_clear re-attaches; otherwise the orphan reaper cancels it)",
+                interrupted=True,
             )
         return Decision(True, f"{interrupted}, but no retry remains to re-attach: cancelling")
 

@@ -84,9 +84,10 @@ WORKER_DEADLINE_LEAD = 5.0
 WORKER_CONFIRM_MARGIN = 1.0
 #: operators call the policy's ``confirm_timeout`` this (their other cancel parameters keep its names).
 CONFIRM_TIMEOUT_PARAMETER = {"confirm_timeout": "confirm_cancel_timeout"}
-#: seconds the worker's ``on_kill`` allows its one cancel call (SIGKILL follows SIGTERM after 5 s)...
-ON_KILL_CALL_TIMEOUT = 3.0
-#: ...after at most this long asking Airflow (through the supervisor) for the task instance's state.
+#: seconds the worker's ``on_kill`` may take in all (SIGKILL follows SIGTERM after 5 s): at most
+#: :data:`ON_KILL_VERIFY_TIMEOUT` asking Airflow (through the supervisor) for the task instance's
+#: state, the rest for the cancel's two calls (the job's state, then the cancel), shared equally.
+ON_KILL_BUDGET = 4.5
 ON_KILL_VERIFY_TIMEOUT = 1.5
 
 
@@ -217,6 +218,11 @@ class TrainingJobTaskMixin:
         self._kill_result: CancelResult | None = None
         self._kill_note: tuple[int, str] | None = None  # on_kill's log line, written by execute()
         self._kill_interrupted = False  # on_kill kept the job: the worker was stopped, nobody gave up
+        self._killing = False  # an on_kill is running (a second SIGTERM may interrupt it)
+        # what on_kill needs about this try, read before it can run (_remember_try)
+        self._deadline: float | None = None
+        self._identity: TaskIdentity | None = None
+        self._retry_left = False
 
     @cached_property
     def hook(self) -> TrainingPlatformHook:
@@ -531,6 +537,9 @@ class TrainingJobTaskMixin:
         after the timeout: what happened is kept in ``_kill_note`` and ``execute()`` logs it once
         the handler has returned.
         """
+        if self._killing:  # a second SIGTERM (the supervisor's, after the process group's) landed in it
+            return
+        self._killing = True
         try:
             self._kill_result, self._kill_note = self._cancel_on_kill()
         finally:
@@ -539,18 +548,21 @@ class TrainingJobTaskMixin:
     def _cancel_on_kill(self) -> tuple[CancelResult | None, tuple[int, str] | None]:
         if not self.job_id:
             return None, None
+        started = time.monotonic()
         timed_out = isinstance(sys.exc_info()[1], AirflowTaskTimeout) or self._past_deadline()
         verified, state = (False, None)
         if self.cancel_policy.cancel_on_kill and not timed_out:
             verified, state = self._task_instance_state_now()
         decision = self.cancel_policy.after_worker_kill(
-            state, verified=verified, timed_out=timed_out, retry_left=getattr(self, "_retry_left", False)
+            state, verified=verified, timed_out=timed_out, retry_left=self._retry_left
         )
         if not decision.cancel:
-            self._kill_interrupted = self.cancel_policy.cancel_on_kill and not timed_out
+            self._kill_interrupted = decision.interrupted
             return None, (logging.WARNING, f"Task killed: {decision.reason} (job {self.job_id})")
-        # the connection already read by the main hook: no secrets-backend call in a signal handler
-        hook = self.hook.sibling(RetryPolicy(call_timeout=ON_KILL_CALL_TIMEOUT, max_attempts=1))
+        # the connection already read by the main hook: no secrets-backend call in a signal handler;
+        # each of the cancel's two calls gets half of what is left of the budget
+        call_timeout = max(0.5, (ON_KILL_BUDGET - (time.monotonic() - started)) / 2)
+        hook = self.hook.sibling(RetryPolicy(call_timeout=call_timeout, max_attempts=1))
         reason = GiveUp.EXECUTION_TIMEOUT if timed_out else GiveUp.WORKER_KILLED
         try:
             result = hook.cancel_job(self.job_id, self.cancel_policy.request(reason.value))
@@ -564,7 +576,7 @@ class TrainingJobTaskMixin:
 
     def _past_deadline(self) -> bool:
         """The try's ``execution_timeout`` has (all but) run out: Airflow's SIGALRM is due."""
-        deadline = getattr(self, "_deadline", None)
+        deadline = self._deadline
         return deadline is not None and time.time() >= (self.worker_deadline(deadline) or deadline)
 
     def _task_instance_state_now(self) -> tuple[bool, str | None]:
@@ -572,7 +584,7 @@ class TrainingJobTaskMixin:
         thread and given up on after :data:`ON_KILL_VERIFY_TIMEOUT` seconds (the signal may have
         interrupted this very thread inside a request to the supervisor: the thread then waits for
         that request's lock and the question goes unanswered, which the policy treats as such)."""
-        identity = getattr(self, "_identity", None)
+        identity = self._identity
         if identity is None:
             return False, None
         answer: dict[str, str | None] = {}
@@ -602,7 +614,9 @@ class TrainingJobTaskMixin:
         from airflow.sdk.exceptions import TaskDeferralError, TaskDeferralTimeout
 
         next_kwargs = next_kwargs or {}
-        error = str(next_kwargs.get("error") or "Trigger failure")
+        raw = next_kwargs.get("error") or "Trigger failure"
+        timed_out = raw == "Trigger timeout"  # Airflow's TriggerFailureReason is a str: equal to its value
+        error = str(getattr(raw, "value", raw))
         if traceback := next_kwargs.get("traceback"):
             self.log.error("Trigger failed:\n%s", "\n".join(traceback))  # type: ignore[attr-defined]
         try:
@@ -615,7 +629,7 @@ class TrainingJobTaskMixin:
             self.job_id = job_id
             fate = self._give_up_after_deferral(job_id, error, context)
         what = platform_job(platform=self._platform_name(), job_id=job_id) if job_id else "a training job"
-        exception = TaskDeferralTimeout if error == "Trigger timeout" else TaskDeferralError
+        exception = TaskDeferralTimeout if timed_out else TaskDeferralError
         raise exception(f"{error} while waiting on {what}: {fate}")
 
     def _give_up_after_deferral(self, job_id: str, error: str, context: Any) -> str:

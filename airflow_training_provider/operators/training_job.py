@@ -253,6 +253,7 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         self.job_reference_published = False  # until a job is known (the console link asks)
         deadline = self.deadline_from_now(context)
+        self._remember_try(context, deadline)  # before anything that a SIGTERM could interrupt
         hook = self.hook
         try:
             spec = self._spec_to_submit(hook)
@@ -374,18 +375,19 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
         ti = context["ti"]
         start = try_start(ti.try_number, ti.max_tries, self.retries or 0)
         action = self.cancel_policy.earlier_job(job.state, start)
-        if action is EarlierJob.CANCEL_THEN_SUBMIT:
+        if action is EarlierJob.CANCEL_THEN_SUBMIT:  # the old try's trigger cancels it: give it time
             job = self._await_cancel_by_old_trigger(job)
-            if job.is_terminal:
-                action = EarlierJob.SUBMIT
+            action = self.cancel_policy.earlier_job(job.state, start)
+        waited = 0.0
         if action is EarlierJob.AWAIT_STOP:
+            since = time.monotonic()
             job = self._await_stop(job, deadline)
+            waited = time.monotonic() - since
             action = self.cancel_policy.earlier_job(job.state, start, stop_awaited=True)
         if action is EarlierJob.STILL_STOPPING:
             raise TrainingJobStillStopping(
-                f"{platform_job(job)} of an earlier try is still stopping after "
-                f"{self.cancel_policy.confirm_timeout:.0f} s: this try neither adopts it nor submits a "
-                "new job beside it (a retry looks again)"
+                f"{platform_job(job)} of an earlier try is still stopping after {waited:.0f} s of waiting: "
+                "this try neither adopts it nor submits a new job beside it (a retry looks again)"
             )
         if action is EarlierJob.REATTACH:
             self.log.info("Re-attaching to training job %s of an earlier try (%s)", job.id, job.state.value)
@@ -399,7 +401,12 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
             )
         if action is EarlierJob.CANCEL_THEN_SUBMIT:
             self.log.warning("Task was cleared: cancelling training job %s of an earlier try first", job.id)
-            self.cancel_and_report(job.id, GiveUp.CLEARED.value)
+            if not self.cancel_and_report(job.id, GiveUp.CLEARED.value).state.is_terminal:
+                raise TrainingJobStillStopping(
+                    f"{platform_job(job)} of an earlier try did not stop within confirm_cancel_timeout "
+                    f"({self.cancel_policy.confirm_timeout:.0f} s): this try does not submit a new job "
+                    "beside it (a retry looks again)"
+                )
         elif action is EarlierJob.LEAVE_THEN_SUBMIT:
             self.log.warning(
                 "Task was cleared: training job %s of an earlier try keeps running (cancel_on_kill is off)",
@@ -415,26 +422,16 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
 
     def _await_cancel_by_old_trigger(self, job: TrainingJob) -> TrainingJob:
         """After a clear the old try's trigger cancels its job a few seconds later (its ``on_kill``).
-        Give it that time, so the job is cancelled once; the caller cancels if nobody did."""
-        hook, polling = self.hook, self.polling
-        job = hook.wait_until(
+        Give it that time (``clear_grace``), so the job is cancelled once: a job seen stopping (or
+        ended) is then waited for like any stopping job; the caller cancels if nobody did."""
+        polling = self.polling
+        return self.hook.wait_until(
             job.id,
             is_stopping_or_terminal,
             polling.clear_grace,
             polling.confirm_interval,
             polling.outage_budget,
         )
-        if job.state is JobState.STOPPING:
-            job = hook.wait_until(
-                job.id,
-                is_terminal,
-                self.cancel_policy.confirm_timeout,
-                polling.confirm_interval,
-                polling.outage_budget,
-            )
-        if job.is_terminal:
-            self.log.info("Training job %s of the earlier try ended %s", job.id, job.state.value)
-        return job
 
     def _await_stop(self, job: TrainingJob, deadline: float | None) -> TrainingJob:
         """An earlier try's job is stopping (that try's give-up asked for it, or the platform stops

@@ -183,3 +183,39 @@ def test_a_job_still_stopping_after_the_wait_is_reported_not_adopted(control):
     assert {j["job_id"] for j in control.jobs(platform="sagemaker")} == before, "nothing submitted beside it"
     assert len(control.accepted_cancels(control.job(old_id))) == 1  # try 1's, and no other
     control.wait_job(old_id, {"cancelled"})
+
+
+def test_a_second_sigterm_inside_on_kill_changes_nothing(control, monkeypatch):
+    """The process group's SIGTERM, then the supervisor's forwarded one, may land in the first
+    handler: the nested on_kill returns at once, and the job is cancelled once."""
+    op = submit("tensorone", tensorone_spec(epochs=300), deferrable=False, retries=1)
+
+    def answer(identity):
+        op.on_kill()  # the second SIGTERM, while the first asks for the state
+        return "failed"
+
+    monkeypatch.setattr("airflow_training_provider.job_task.task_instance_state", answer)
+    ctx = task_context(op)
+    thread, outcome = run_in_thread(op, ctx)
+    job_id = wait_for_xcom(ctx, "job_id")
+    control.wait_job(job_id, {"running"})
+    op.on_kill()
+    thread.join(60)
+    assert isinstance(outcome.get("error"), TrainingJobCancelledByAirflow), outcome
+    job = control.job(job_id)
+    assert job["state"] == "cancelled" and len(job["cancel_requests"]) == 1, job["cancel_requests"]
+
+
+def test_a_task_marked_success_while_running_keeps_its_job_and_is_no_interruption(control, monkeypatch):
+    ti_state_is(monkeypatch, "success")
+    op = submit("tensorone", tensorone_spec(epochs=300), deferrable=False, retries=1)
+    ctx = task_context(op)
+    thread, outcome = run_in_thread(op, ctx)
+    job_id = wait_for_xcom(ctx, "job_id")
+    control.wait_job(job_id, {"running"})
+    op.on_kill()
+    thread.join(60)
+    error = outcome.get("error")
+    assert isinstance(error, TrainingJobCancelledByAirflow) and "was not cancelled" in str(error), outcome
+    assert control.job(job_id)["cancel_requests"] == []
+    control_cancel(control, job_id)

@@ -1,4 +1,4 @@
-"""K1–K21 on a real Airflow 3.3 stack, for every platform a scenario applies to, judged by the
+"""K1–K24 on a real Airflow 3.3 stack, for every platform a scenario applies to, judged by the
 platform's own records (submits, cancel requests, states, checkpoint files).
 
 The scenarios (``airflow_training_provider.testing.killpaths.scenarios``) run once per session in

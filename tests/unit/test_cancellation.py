@@ -157,7 +157,10 @@ ALWAYS = CancelPolicy(on_worker_shutdown="cancel")
         (ALWAYS, "running", True, False, True, True),  # the old behaviour, on request
         (DEFAULT, "failed", True, False, True, True),  # K12: marked failed while running
         (DEFAULT, "restarting", True, False, True, True),  # cleared while running
-        (DEFAULT, "up_for_retry", True, False, True, True),
+        (DEFAULT, "up_for_retry", True, False, False, False),  # Airflow retries (missed heartbeats)
+        (REATTACH_ON_CLEAR, "restarting", True, False, False, False),  # cleared: the next try re-attaches
+        (REATTACH_ON_CLEAR, None, True, False, False, False),
+        (REATTACH_ON_CLEAR, "failed", True, False, True, True),
         (DEFAULT, None, True, False, True, True),  # the task instance is gone
         (DEFAULT, "success", True, False, True, False),  # marked success: K3's rule
         (CancelPolicy(cancel_on_mark_success=True), "success", True, False, True, True),
@@ -173,6 +176,17 @@ ALWAYS = CancelPolicy(on_worker_shutdown="cancel")
 def test_after_worker_kill(policy, state, verified, timed_out, retry_left, cancel):
     decision = policy.after_worker_kill(state, verified=verified, timed_out=timed_out, retry_left=retry_left)
     assert decision.cancel is cancel, decision.reason
+
+
+def test_only_an_interruption_is_reported_as_one():
+    def decide(policy, state, retry_left=True):
+        return policy.after_worker_kill(state, verified=True, timed_out=False, retry_left=retry_left)
+
+    assert decide(DEFAULT, "running").interrupted and decide(DEFAULT, "up_for_retry").interrupted
+    assert decide(KEEP, "running", retry_left=False).interrupted
+    assert not decide(DEFAULT, "success").interrupted  # marked success: kept by choice
+    assert not decide(REATTACH_ON_CLEAR, "restarting").interrupted
+    assert not decide(SENSOR, "running").interrupted
 
 
 def test_after_worker_kill_says_why():

@@ -1,4 +1,4 @@
-"""Kill-path scenarios K1–K21 on a real Airflow stack, for every platform (:mod:`.flavors`).
+"""Kill-path scenarios K1–K24 on a real Airflow stack, for every platform (:mod:`.flavors`).
 
 Each scenario drives Airflow through its REST API (or signals its processes), then reads the
 platform's own job records (``/_local/jobs``: submits, cancel requests, states, checkpoint files)
@@ -115,7 +115,8 @@ def _start_deferred(
 ) -> tuple[str, dict]:
     """Trigger ``dag_id``; return once its job runs and the **trigger** polls it. A task killed
     before a triggerer has started its trigger has nothing of the try running (no ``on_kill``):
-    only the reaper finds that job (K18), so "while deferred" cases start after the first poll.
+    the mark-failed listener (K24) or the reaper (K18) stops that job, so "while deferred" cases
+    start after the first poll.
     ``until_polled=False``: as soon as the task is deferred (a case that faults the trigger's
     polls must be in place before they start)."""
     run_id = stack.trigger(dag_id)
