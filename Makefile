@@ -30,9 +30,11 @@ browser:
 	@command -v chromium-headless-shell >/dev/null 2>&1 || command -v chromium >/dev/null 2>&1 || \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium-headless-shell >/dev/null)
 
+# Pure logic and in-process runs two at a time (as `make fast`), then the tiers that start servers.
 test: $(STAMP) postgres redis browser
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 tests/unit tests/inprocess
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15 --ignore=tests/unit --ignore=tests/inprocess
 
 # The local platform and Airflow with the example DAGs, for a look at the UI; Ctrl-C stops it all.
 ui: $(STAMP) postgres

@@ -186,6 +186,7 @@ class JobOperations:
         #: where the operations' own warnings go; a trigger points it at its task's log (the
         #: triggerer writes only the trigger's own logger into the task log)
         self.log: logging.Logger | logging.LoggerAdapter = log
+        self.warned_at = 0.0  # time.monotonic() of its last warning (a trigger lets it reach the log)
 
     def _optional(self, kind: Auxiliary, job_id: str, read: _Read[T] | None) -> Operation[T | None]:
         """An auxiliary read: its value, or ``None`` when it is refused (401/403/404 on its
@@ -204,6 +205,7 @@ class JobOperations:
         except (TrainingPlatformError, *_MALFORMED) as exc:
             if (job_id, kind.name) not in self._unreadable:
                 self._unreadable.add((job_id, kind.name))
+                self.warned_at = time.monotonic()
                 self.log.warning(
                     "%s of job %s %s not readable (%s): %s; status polling goes on",
                     kind.subject,

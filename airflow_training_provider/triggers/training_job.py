@@ -169,7 +169,8 @@ class TrainingJobTrigger(BaseTrigger):
         watch_stop_signals()  # once per process: no events written once it is told to stop
         retry = RetryPolicy(call_timeout=min(30.0, polling.poll_interval * 2 + 5))
         async with AsyncTrainingPlatformHook(self.conn_id, retry).client() as client:  # the hook is not kept
-            client.ops.log = self.log  # its warnings (an unreadable auxiliary read) belong in the task log
+            ops = client.ops
+            ops.log = self.log  # its warnings (an unreadable auxiliary read) belong in the task log
             cursor = None
             if client.dialect.capabilities.events:
                 cursor = max(self.event_cursor, await self._load_cursor())
@@ -198,11 +199,13 @@ class TrainingJobTrigger(BaseTrigger):
                     "execution_timeout: cancelling job %s failed (%s)", self.job_id, outcome.cancel_error
                 )
         # Hold the event: right after the deferral (see Polling.resume_settle), and for a moment after
-        # writing events, whose log lines travel to the task log on another channel than the event:
+        # writing events or a warning, whose log lines travel to the task log on another channel than the event:
         # the triggerer closes the trigger's log when the event is handled, dropping lines in flight.
         settle = max(
             (self.deferred_at or 0.0) + polling.resume_settle - time.time(),
-            report.wrote_events_at + LOG_DRAIN_SECONDS - time.monotonic() if report.wrote_events_at else 0.0,
+            max(report.wrote_events_at, ops.warned_at) + LOG_DRAIN_SECONDS - time.monotonic()
+            if report.wrote_events_at or ops.warned_at
+            else 0.0,
         )
         if settle > 0:
             await asyncio.sleep(settle)
