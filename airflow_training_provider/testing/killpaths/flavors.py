@@ -368,7 +368,7 @@ TENSORONE = Flavor(
     final_checkpoint=True,
     spec=tensorone_spec,
     guard_spec=tensorone_spec(**GUARD_PACE),
-    auxiliary=("/checkpoints",),
+    # none a wait reads: its checkpoints endpoint is asked only for a job whose object lists none
 )
 TOGETHER = Flavor(
     "together",
