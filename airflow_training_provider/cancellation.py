@@ -48,6 +48,7 @@ class GiveUp(StrEnum):
 
     WORKER_KILLED = "Airflow task was killed"
     EXECUTION_TIMEOUT = "Airflow execution_timeout reached"
+    DEFER_TIMEOUT = "Airflow defer_timeout reached"
     DEFERRAL_FAILED = "Airflow gave up waiting (trigger timeout or failure)"
     TASK_KILLED = "Airflow task was killed (marked failed, cleared or its DAG run ended)"
     CLEARED = "Airflow task was cleared; a new try starts"

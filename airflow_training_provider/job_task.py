@@ -270,16 +270,29 @@ class TrainingJobTaskMixin:
         if isinstance(outcome, DeadlineReached) and outcome.kind == "sensor_timeout":
             raise AirflowSensorTimeout(outcome.message)
         if isinstance(outcome, DeadlineReached):
-            decision = self.cancel_policy.decide(GiveUp.EXECUTION_TIMEOUT)
-            if decision.cancel:  # confirms the trigger's cancel, or sends it if that one failed
-                self.cancel_and_report(outcome.job_id, GiveUp.EXECUTION_TIMEOUT.value, context, confirm_until)
-                raise AirflowTaskTimeout(
-                    f"execution_timeout reached; training job {outcome.job_id} was cancelled"
-                )
-            raise AirflowTaskTimeout(f"execution_timeout reached; {decision.reason} (job {outcome.job_id})")
+            return self._conclude_deadline(outcome, context, confirm_until)
         if isinstance(outcome, LostContact):
             raise LostContactWithPlatform(outcome.message)
         raise AirflowException(outcome.message)
+
+    def _conclude_deadline(self, outcome: DeadlineReached, context: Any, confirm_until: float | None):
+        """``execution_timeout`` or ``defer_timeout`` passed with the job running: cancel it per the
+        policy (confirming the trigger's cancel, or sending it if that one failed), then fail.
+
+        :raises AirflowTaskTimeout: ``execution_timeout``.
+        :raises TaskDeferralTimeout: ``defer_timeout``, as Airflow's own deferral timeout raises.
+        """
+        from airflow.sdk.exceptions import TaskDeferralTimeout
+
+        why, exception = GiveUp.EXECUTION_TIMEOUT, AirflowTaskTimeout
+        if outcome.kind == "defer_timeout":
+            why, exception = GiveUp.DEFER_TIMEOUT, TaskDeferralTimeout
+        what = platform_job(platform=self._platform_name(), job_id=outcome.job_id)
+        decision = self.cancel_policy.decide(why)
+        if decision.cancel:
+            self.cancel_and_report(outcome.job_id, why.value, context, confirm_until)
+            raise exception(f"{outcome.kind} reached; {what} was cancelled")
+        raise exception(f"{outcome.kind} reached; {decision.reason} ({what})")
 
     def conclude_guard(self, outcome: GuardStopped, context: Any) -> dict[str, Any]:
         """A guard stopped the job: log and publish which (XCom ``guard_stop``, ``cancel_result``),
@@ -457,10 +470,15 @@ class TrainingJobTaskMixin:
         self, job: TrainingJob, context: Any, deadline: float | None, deadline_kind: str = "execution_timeout"
     ) -> None:
         """Defer to :class:`TrainingJobTrigger`; its ``deadline`` enforces ``execution_timeout``
-        (3.3.2 does not while deferred) and the deferral timeout is only a backstop.
+        (3.3.2 does not while deferred) and ``defer_timeout``, whichever comes first, and Airflow's
+        own deferral timeout is only a backstop: the scheduler checks it every 15 s
+        (``[scheduler] trigger_timeout_check_interval``) and a worker must start before the job is
+        cancelled, while the trigger cancels at the second.
 
         Publishes the job id in XCom first: the trigger's ``on_kill`` compares it with its own to
         tell a reassignment from a user's kill."""
+        if self.defer_timeout and (deadline is None or time.time() + self.defer_timeout < deadline):
+            deadline, deadline_kind = time.time() + self.defer_timeout, "defer_timeout"
         ti = context["ti"]
         ti.xcom_push(key=JOB_ID_XCOM_KEY, value=job.id)
         identity = TaskIdentity.from_context(context)
@@ -486,10 +504,8 @@ class TrainingJobTaskMixin:
             **self.cancel_policy.model_dump(),
             **(self.guards.model_dump(mode="json") if self.guards is not None and self.guards.any else {}),
         )
-        limits = [self.defer_timeout] if self.defer_timeout else []
-        if deadline is not None:  # a backstop only: the trigger's own deadline comes first
-            limits.append(max(1.0, deadline - time.time()) + DEFER_TIMEOUT_SLACK)
-        timeout = min(limits) if limits else None
+        # a backstop only: the trigger's own deadline comes first
+        timeout = None if deadline is None else max(1.0, deadline - time.time()) + DEFER_TIMEOUT_SLACK
         self.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)  # type: ignore[attr-defined]
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:

@@ -64,9 +64,14 @@ class JobFinished(_Outcome):
     event_cursor: int = 0
 
 
+#: What a wait's deadline is: the task's ``execution_timeout``, its ``defer_timeout`` (both may
+#: cancel, per the policy), or a sensor's own ``timeout`` (never cancels the job it watches).
+DeadlineKind = Literal["execution_timeout", "defer_timeout", "sensor_timeout"]
+
+
 class DeadlineReached(_Outcome):
-    """A deadline passed with the job still running: the task's ``execution_timeout``, or a sensor's
-    own ``timeout`` (``kind``; a sensor timeout never cancels the job it watches).
+    """A deadline passed with the job still running: the task's ``execution_timeout`` or
+    ``defer_timeout``, or a sensor's own ``timeout`` (``kind``, a :data:`DeadlineKind`).
 
     :ivar job: the job as last seen (running).
     :ivar cancel: the cancel the waiter already sent at the deadline (``None``: none was sent,
@@ -74,7 +79,7 @@ class DeadlineReached(_Outcome):
     """
 
     status: Literal["timeout"] = "timeout"
-    kind: Literal["execution_timeout", "sensor_timeout"] = "execution_timeout"
+    kind: DeadlineKind = "execution_timeout"
     message: str
     job: TrainingJob | None = None
     cancel: CancelResult | None = None
@@ -125,7 +130,7 @@ def wait_for_job(
     policy: CancelPolicy,
     deadline: float | None = None,
     event_cursor: int | None = None,
-    deadline_kind: Literal["execution_timeout", "sensor_timeout"] = "execution_timeout",
+    deadline_kind: DeadlineKind = "execution_timeout",
     guards: Guards | None = None,
 ) -> Operation[JobFinished | DeadlineReached | LostContact | PollFailed | GuardStopped]:
     """Wait until job ``job_id`` ends, the ``deadline`` (absolute UNIX seconds) passes, or the
@@ -136,7 +141,7 @@ def wait_for_job(
     resumes the task seconds to minutes later), and the outcome is :class:`DeadlineReached`.
 
     :param event_cursor: events already reported (platforms with events); ``None`` reports none.
-    :param deadline_kind: what the deadline is; only an ``execution_timeout`` may cancel.
+    :param deadline_kind: what the deadline is; a sensor's timeout never cancels.
     :param guards: stop the job when one of them fires (:class:`GuardStopped`).
     """
     watch = GuardWatch(guards, ops.clock) if guards is not None and guards.any else None
@@ -161,12 +166,15 @@ def wait_for_job(
     if deadline_kind == "sensor_timeout":
         message = f"Sensor timed out waiting for training job {job_id} (still {job.state.value}); the job keeps running"
         return DeadlineReached(job_id=job_id, job=job, kind=deadline_kind, message=message)
-    decision = policy.decide(GiveUp.EXECUTION_TIMEOUT)
-    outcome = DeadlineReached(job_id=job_id, job=job, message=f"execution_timeout reached; {decision.reason}")
+    why = GiveUp.DEFER_TIMEOUT if deadline_kind == "defer_timeout" else GiveUp.EXECUTION_TIMEOUT
+    decision = policy.decide(why)
+    outcome = DeadlineReached(
+        job_id=job_id, job=job, kind=deadline_kind, message=f"{deadline_kind} reached; {decision.reason}"
+    )
     if not decision.cancel:
         return outcome
     try:
-        result = yield from ops.cancel_job(job_id, policy.request(GiveUp.EXECUTION_TIMEOUT.value))
+        result = yield from ops.cancel_job(job_id, policy.request(why.value))
     except TrainingPlatformError as exc:  # the resumed task tries again
         return outcome.model_copy(update={"cancel_error": str(exc)})
     return outcome.model_copy(update={"cancel": result})

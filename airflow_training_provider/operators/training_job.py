@@ -107,9 +107,10 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
         DAG run never does.
     :param allow_unknown_fields: send spec fields the provider does not model (an API newer than
         it) instead of refusing them as likely typos.
-    :param defer_timeout: seconds the task may stay deferred (Airflow's trigger timeout); when it
-        runs out the job is cancelled and the task fails. ``execution_timeout`` is enforced too,
-        deferred or not.
+    :param defer_timeout: seconds the task may stay deferred; when they run out the trigger
+        cancels the job (per ``cancel_on_kill``) and the task fails with ``TaskDeferralTimeout``.
+        Airflow's own trigger timeout is set 120 s later, a backstop. ``execution_timeout`` is
+        enforced too, deferred or not.
     :param early_stopping: ``{"metric": "validation_loss", "mode": "min", "patience": 3,
         "min_delta": 0.0}``: stop the job (with a final checkpoint) once ``metric`` has not improved
         for ``patience`` epochs; the task succeeds, its return value's ``guard`` naming the best

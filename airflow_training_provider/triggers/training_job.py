@@ -84,8 +84,8 @@ class TrainingJobTrigger(BaseTrigger):
     :param conn_id: Airflow connection of the platform (its type picks the platform).
     :param job_id: the platform's job id.
     :param deadline: absolute UNIX time (seconds) after which the trigger stops waiting; ``None`` = none.
-    :param deadline_kind: ``execution_timeout`` (the task's; a cancel per the policy) or
-        ``sensor_timeout`` (a sensor's own ``timeout``; never a cancel).
+    :param deadline_kind: ``execution_timeout`` or ``defer_timeout`` (the task's; a cancel per the
+        policy) or ``sensor_timeout`` (a sensor's own ``timeout``; never a cancel).
     :param event_cursor: platform events already written to the task log (platforms with events);
         the cursor is also kept in the try's ``event_cursor.try<n>`` XCom so a restarted triggerer resumes after
         the last written event.

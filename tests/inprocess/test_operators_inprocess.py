@@ -12,7 +12,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from airflow.sdk.exceptions import AirflowTaskTimeout
+from airflow.sdk.exceptions import AirflowTaskTimeout, TaskDeferralError, TaskDeferralTimeout
 
 from airflow_training_provider.cancellation import GiveUp
 from airflow_training_provider.hooks.transport import RetryPolicy
@@ -25,7 +25,13 @@ from airflow_training_provider.local_platform.platforms.together.wire import eve
 from airflow_training_provider.operators.training_job import SubmitTrainingJobOperator
 from airflow_training_provider.platforms.together import TogetherDialect
 from airflow_training_provider.sensors.training_job import TrainingJobSensor
-from airflow_training_provider.testing.inprocess import first_event, run_task, task_context
+from airflow_training_provider.testing.inprocess import (
+    InMemoryAirflow,
+    TaskInstanceRecord,
+    first_event,
+    run_task,
+    task_context,
+)
 from airflow_training_provider.triggers.training_job import TrainingJobTrigger
 
 FAST = {"seconds_per_epoch": 0.2}
@@ -156,17 +162,33 @@ def test_a_failed_job_fails_the_task_with_the_platform_reason(control):
         run_task(op, task_context(op))
 
 
-def test_deferred_execution_timeout_cancels_once_at_the_deadline(control):
-    op = submit(
-        "tensorone", tensorone_spec(epochs=300), deferrable=True, execution_timeout=timedelta(seconds=5)
-    )
+@pytest.mark.parametrize(
+    ("limit", "exception", "why"),
+    [
+        ({"execution_timeout": timedelta(seconds=5)}, AirflowTaskTimeout, GiveUp.EXECUTION_TIMEOUT),
+        pytest.param(
+            {"defer_timeout": 5, "execution_timeout": timedelta(minutes=5)},
+            TaskDeferralTimeout,
+            GiveUp.DEFER_TIMEOUT,
+            marks=pytest.mark.slow,
+        ),
+    ],
+    ids=["execution_timeout", "defer_timeout"],
+)
+def test_a_deferred_timeout_cancels_once_at_the_deadline(control, limit, exception, why):
+    """Both timeouts are the trigger's deadline: Airflow checks its own deferral timeout only every
+    15 s, then a worker has to start before anything is cancelled."""
+    op = submit("tensorone", tensorone_spec(epochs=300), deferrable=True, **limit)
     ctx = task_context(op)
     started = time.time()
-    with pytest.raises(AirflowTaskTimeout, match="was cancelled"):
+    with pytest.raises(exception) as raised:
         run_task(op, ctx)
+    assert str(raised.value).endswith(
+        "TensorOne training job " + ctx["ti"].xcoms["job_id"] + " was cancelled"
+    )
     job = control.wait_job(ctx["ti"].xcoms["job_id"], {"cancelled"})
     (cancel,) = control.accepted_cancels(job)
-    assert cancel["reason"] == GiveUp.EXECUTION_TIMEOUT.value and cancel["create_final_checkpoint"] is True
+    assert cancel["reason"] == why.value and cancel["create_final_checkpoint"] is True
     assert 4.5 <= cancel["received_at"] - started <= 12, "the trigger cancels at the deadline"
     assert [c for c in job["checkpoints"] if c["kind"] == "final"]
     assert ctx["ti"].xcoms["cancel_result"]["final_checkpoint_id"] == "ckpt_final"
@@ -188,6 +210,24 @@ def test_on_the_worker_the_wait_itself_cancels_just_before_execution_timeout(con
     (cancel,) = control.accepted_cancels(job)
     assert cancel["reason"] == GiveUp.EXECUTION_TIMEOUT.value
     assert 3.5 <= cancel["received_at"] - started <= 4.8, "cancelled at the deadline less 1 s (a fifth)"
+
+
+def test_a_crashed_trigger_cancels_the_job_it_watched_when_the_worker_resumes(control):
+    """``__fail__`` (a trigger crash, or Airflow's own deferral timeout as a backstop): the job id
+    comes from XCom, the cancel from the policy, and the failure names the platform and the job."""
+    op = submit("tensorone", tensorone_spec(epochs=300), wait_for_completion=False)
+    ctx = task_context(op)
+    job_id = run_task(op, ctx)["id"]
+    resumed = submit("tensorone", op.spec, deferrable=True)
+    ti = ("inprocess", ctx["run_id"], "train", -1)
+    with InMemoryAirflow({ti: TaskInstanceRecord("running", job_id)}).installed():
+        with pytest.raises(TaskDeferralError) as raised:
+            resumed.resume_execution("__fail__", {"error": "Trigger failure"}, ctx)
+    assert str(raised.value).startswith(
+        f"Trigger failure while waiting on TensorOne training job {job_id}: the job was cancelled (state cancelled"
+    )
+    (cancel,) = control.accepted_cancels(control.job(job_id))
+    assert cancel["reason"] == GiveUp.DEFERRAL_FAILED.value and cancel["preserve_checkpoints"] is True
 
 
 def test_a_sensor_past_its_execution_timeout_never_cancels_the_job_it_watches(control):

@@ -306,6 +306,8 @@ def k6_defer_timeout(stack, platform, flavor: Flavor) -> Outcome:
     dag = flavor.dag("kp_defer_timeout")
     run_id = stack.trigger(dag)
     job = platform.wait_running(dag, run_id)
+    # the deferral's moment: its trigger row is created then (defer_timeout=30 counts from it)
+    deferred_at = _iso(stack.wait_trigger_running(dag, run_id, "train", settle=0)["trigger"]["created_date"])
     platform.wait_job(job["job_id"], {"cancelled"}, timeout=120)
     stack.wait_ti(dag, run_id, "train", {"failed"}, timeout=60)
     return _finish(
@@ -315,7 +317,10 @@ def k6_defer_timeout(stack, platform, flavor: Flavor) -> Outcome:
         dag,
         run_id,
         expect_cancel=True,
-        log=stack.task_log(dag, run_id, "train", 1, wait_for=("Trigger timeout", "TaskDeferralTimeout")),
+        since=deferred_at + 30,
+        log=stack.task_log(
+            dag, run_id, "train", 1, wait_for=("defer_timeout reached", "TaskDeferralTimeout")
+        ),
     )
 
 
