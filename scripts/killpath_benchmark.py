@@ -4,7 +4,8 @@
 
 Columns: expected and actual cancels (accepted cancel requests the platform recorded), false
 cancels, duplicate submits, and the latency from the Airflow action (or the deadline) to the cancel
-request reaching the platform — median and max over the runs. Starts and stops its own stack.
+request reaching the platform — median and max over the runs; then one row per path over all
+platforms' runs: median, p95 and max. Starts and stops its own stack.
 """
 
 from __future__ import annotations
@@ -71,7 +72,27 @@ def main() -> int:
             f"| {sum(o.false_cancels for o in ok)} | {sum(o.duplicate_submits for o in ok)} | - | - "
             f"| {len(ok)}/{len(results)} |"
         )
+    print_pooled(runs)
     return 0
+
+
+def print_pooled(runs: dict[tuple[str, str], list]) -> None:
+    """One row per path over every platform's runs: the figures the README's goal is stated in."""
+    by_path: dict[str, list[float]] = {}
+    for (name, _), results in runs.items():
+        by_path.setdefault(name, []).extend(
+            r.latency for r in results if not isinstance(r, BaseException) and r.latency is not None
+        )
+    print("\n| path | runs | median s | p95 s | max s |\n|---|---|---|---|---|")
+    for name, latencies in sorted(
+        by_path.items(), key=lambda kv: (int(re.match(r"k(\d+)", kv[0]).group(1)), kv[0])
+    ):
+        if len(latencies) < 2:
+            continue
+        p95 = statistics.quantiles(latencies, n=20, method="inclusive")[18]
+        print(
+            f"| {name} | {len(latencies)} | {statistics.median(latencies):.2f} | {p95:.2f} | {max(latencies):.2f} |"
+        )
 
 
 if __name__ == "__main__":
