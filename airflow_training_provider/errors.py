@@ -1,6 +1,7 @@
 """Errors the provider raises, by what the caller should do about them.
 
-* :class:`TransientPlatformError` — try again later (429, 5xx, timeouts, resets, malformed bodies).
+* :class:`TransientPlatformError` — try again later (429, 5xx, timeouts, resets, and
+  :class:`MalformedResponseError`: a 2xx answer the platform's dialect cannot read).
 * :class:`JobNotFoundError`, :class:`JobStateConflictError`, :class:`PlatformAuthError` and the base
   :class:`TrainingPlatformError` — the platform said no; retrying the same call will not help.
 * :class:`InvalidJobSpecError` — the job spec is wrong; raised before anything is submitted (the
@@ -57,6 +58,20 @@ class TransientPlatformError(TrainingPlatformError):
         super().__init__(message, **kw)
         self.retry_after = retry_after
         self.sent = sent
+
+
+class MalformedResponseError(TransientPlatformError):
+    """A 2xx answer whose body is not what the platform documents: not JSON, or a field missing or
+    of another type, so the dialect's parser failed on it (``ValueError``, pydantic's
+    ``ValidationError``, ``KeyError``, ``TypeError``, ``AttributeError``...; the parser's error is
+    the ``__cause__``). Raised by :func:`~airflow_training_provider.platforms.base.parse_answer`,
+    the one place a parser is called on an answer.
+
+    It is a failed call, not a verdict on the job: transient, retried like a 5xx (a poll within its
+    outage budget; a one-shot call that may have landed, such as a create, is not re-sent), and an
+    auxiliary read leaves its value out. ``message`` reads ``malformed answer to <METHOD> <path>:
+    <what did not parse>``.
+    """
 
 
 class PlatformAuthError(TrainingPlatformError):

@@ -3,7 +3,9 @@ retry policy, shared by the sync and the async hook. The rules:
 
 * A request is prepared once (:func:`prepare_request`): URL and query joined by one rule, the body
   serialized to bytes, then the dialect authenticates exactly those bytes.
-* 2xx with a JSON body → the body; a 2xx whose body is not JSON is *malformed* → transient.
+* 2xx with a JSON body → the body (or, for a request with a reader, what the reader makes of it); a
+  2xx whose body is not JSON, or that the reader cannot read, is *malformed*
+  (:class:`~airflow_training_provider.errors.MalformedResponseError`) → transient.
 * Errors are classified by the dialect (:meth:`Dialect.classify_error`): by default 408, 425, 429
   (``Retry-After`` honoured) and 5xx are transient, like timeouts and connection resets: retried
   with exponential backoff and jitter. A non-idempotent call (create) is only retried when the
@@ -30,12 +32,13 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from airflow_training_provider.errors import TransientPlatformError
+from airflow_training_provider.errors import MalformedResponseError, TransientPlatformError
 from airflow_training_provider.platforms.base import (
     ApiRequest,
     Credentials,
     Dialect,
     HttpRequest,
+    parse_answer,
     retry_after_seconds,
 )
 
@@ -185,34 +188,26 @@ def decode_response(
     """Turn an HTTP answer into a JSON body or the right exception. ``text`` is the body as sent
     (bytes: JSON is UTF-8, so a 2xx body is parsed without decoding it to ``str`` first).
 
-    :raises TransientPlatformError: a 2xx body that is not JSON, or whatever the dialect classifies
-        as transient (by default 408/425/429/5xx).
+    :raises MalformedResponseError: a 2xx body that is not JSON, or that the request's reader cannot
+        read (:func:`parse_answer`); transient.
+    :raises TransientPlatformError: whatever the dialect classifies as transient (by default
+        408/425/429/5xx).
     :raises TrainingPlatformError: (a subclass chosen by :meth:`Dialect.classify_error`) otherwise.
     """
     if request.reader is not None and 200 <= status < 300:
-        try:
-            return request.reader(text)
-        except ValueError as exc:  # pydantic's ValidationError too: a 2xx that is not what we asked for
-            raise TransientPlatformError(
-                f"malformed response body from {request.method} {request.path}: {_first_line(exc)}",
-                status=status,
-            ) from None
+        return parse_answer(request, request.reader, text, status)
     try:
         body = json.loads(text) if text else None
     except ValueError:
         body = None
         if 200 <= status < 300:
-            raise TransientPlatformError(
-                f"malformed response body from {request.method} {request.path}: {_as_text(text)[:120]!r}",
+            raise MalformedResponseError(
+                f"malformed answer to {request.method} {request.path}: {_as_text(text)[:120]!r}",
                 status=status,
             ) from None
     if 200 <= status < 300:
         return body
     raise dialect.classify_error(status, headers, body, _as_text(text))
-
-
-def _first_line(exc: ValueError) -> str:
-    return str(exc).splitlines()[0][:200] if str(exc) else exc.__class__.__name__
 
 
 def _as_text(text: str | bytes) -> str:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from airflow_training_provider.errors import (
     JobAlreadyExistsError,
     JobStateConflictError,
+    MalformedResponseError,
     TrainingPlatformError,
     TransientPlatformError,
 )
@@ -43,7 +44,7 @@ from airflow_training_provider.models import (
     complete_cancel_result,
     no_cancel_needed,
 )
-from airflow_training_provider.platforms.base import ApiRequest, Dialect
+from airflow_training_provider.platforms.base import ApiRequest, Dialect, parse_answer
 
 if TYPE_CHECKING:
     from airflow_training_provider.lifecycle.guards import GuardStop, GuardWatch
@@ -82,7 +83,8 @@ Operation = Generator[Step, Any, T]
 @dataclass(frozen=True)
 class _Read(Generic[T]):
     """One read of a job's data: the request, and how its answer (the decoded JSON body) becomes
-    the value (a parser meeting another shape raises ``ValueError``, pydantic's included)."""
+    the value (a dialect parser, called through :func:`parse_answer`: whatever it raises on another
+    shape is a :class:`MalformedResponseError`)."""
 
     request: ApiRequest
     parse: Callable[[Any], T]
@@ -121,8 +123,6 @@ START_TIME = Auxiliary(
     False,
     "the guards count its training time from when a poll first saw it running",
 )
-#: what a parser raises on an answer of another shape than the platform documents
-_MALFORMED = (ValueError, TypeError, KeyError, AttributeError)
 
 
 def _decoded(raw: bytes | str) -> Any:
@@ -132,7 +132,8 @@ def _decoded(raw: bytes | str) -> Any:
 
 def _raw(body: bytes | str) -> bytes | str:
     """An :attr:`ApiRequest.reader` that takes a 2xx body as it is: an auxiliary read parses it
-    itself, so a malformed body is its to judge (not a failed call retried for the outage budget)."""
+    itself (:func:`parse_answer`), so a malformed body is its to judge (not a failed call retried
+    for the outage budget)."""
     return body
 
 
@@ -141,6 +142,8 @@ def unreadable_reason(request: ApiRequest, exc: BaseException) -> str:
     credentials: ``403 Forbidden on GET /v1/fine-tunes/ft-1/events: <the platform's message>``,
     ``malformed answer to GET …: <what did not parse>``, or the last transient error."""
     where = f"{request.method} {request.path}"
+    if isinstance(exc, MalformedResponseError):
+        return exc.message
     if isinstance(exc, TrainingPlatformError):
         if exc.status is None or isinstance(exc, TransientPlatformError):
             return f"{where} kept failing: {exc.message}"
@@ -201,8 +204,8 @@ class JobOperations:
         request = replace(read.request, budget=None, reader=_raw)
         try:
             raw = yield request
-            return read.parse(_decoded(raw))
-        except (TrainingPlatformError, *_MALFORMED) as exc:
+            return parse_answer(request, lambda body: read.parse(_decoded(body)), raw)
+        except TrainingPlatformError as exc:  # MalformedResponseError included
             if (job_id, kind.name) not in self._unreadable:
                 self._unreadable.add((job_id, kind.name))
                 self.warned_at = time.monotonic()
@@ -271,9 +274,12 @@ class JobOperations:
         (or an earlier send of it) having landed — returned, never a second job and never an error.
 
         :raises JobAlreadyExistsError: the name is taken by a job that is not this try's.
+        :raises MalformedResponseError: the create answer does not read as a job (the create may
+            have landed: it is not re-sent).
         """
+        request = self.dialect.create_request(spec)
         try:
-            body = yield from self._call(self.dialect.create_request(spec))
+            body = yield from self._call(request)
         except JobAlreadyExistsError:
             job_id = self.dialect.created_job_id(spec)
             if job_id is None or not tags:
@@ -282,14 +288,15 @@ class JobOperations:
             if existing is None or not set(tags) <= set(existing.tags):
                 raise
             return existing
-        return self._linked(self.dialect.parse_created(body))
+        return self._linked(parse_answer(request, self.dialect.parse_created, body))
 
     def _tagged_job(self, job_id: str) -> Operation[TrainingJob | None]:
         """Job ``job_id`` with its tags (where the job object lacks them, through the list call)."""
         request = self.dialect.tagged_job_request(job_id)
         if request is None:
             return (yield from self.get_job(job_id))
-        found = [j for j in self.dialect.parse_list((yield from self._call(request))) if j.id == job_id]
+        listed = parse_answer(request, self.dialect.parse_list, (yield from self._call(request)))
+        found = [j for j in listed if j.id == job_id]
         return self._linked(found[0]) if found else None
 
     def get_job(self, job_id: str, budget: float | None = None) -> Operation[TrainingJob]:
@@ -383,18 +390,22 @@ class JobOperations:
     def cancel_job(self, job_id: str, cancel: CancelRequest) -> Operation[CancelResult]:
         """Ask the platform to cancel. A job that already ended, or is already stopping, is reported
         and not cancelled again (unless ``cancel.force``); that is not an error, and neither is a
-        409 (or the platform's equivalent) that turns out to mean the same."""
+        409 (or the platform's equivalent) that turns out to mean the same.
+
+        :raises MalformedResponseError: the cancel's answer does not read (the cancel may have
+            landed)."""
         cancel = self.dialect.effective_cancel(cancel)
         if not cancel.force and (skipped := no_cancel_needed((yield from self.get_job(job_id)))):
             return skipped
+        request = self.dialect.cancel_request(job_id, cancel)
         try:
-            body = yield from self._call(self.dialect.cancel_request(job_id, cancel))
+            body = yield from self._call(request)
         except JobStateConflictError:
             result = no_cancel_needed((yield from self.get_job(job_id)))
             if result is None:
                 raise
             return result
-        return self.dialect.parse_cancel(job_id, body)
+        return parse_answer(request, lambda answer: self.dialect.parse_cancel(job_id, answer), body)
 
     # -- polling: the one loop -------------------------------------------------------------------
     def poll(

@@ -31,6 +31,7 @@ from airflow_training_provider.errors import (
     InvalidJobSpecError,
     JobNotFoundError,
     JobStateConflictError,
+    MalformedResponseError,
     PlatformAuthError,
     TrainingPlatformError,
     TransientPlatformError,
@@ -191,11 +192,51 @@ def unknown_fields(model: BaseModel, path: str = "") -> Iterator[tuple[str, str,
                 yield from unknown_fields(item, f"{path}{name}{suffix}.")
 
 
+#: what a parser raises on an answer of another shape than the platform documents: ``ValueError``
+#: (pydantic's ``ValidationError`` and ``json``'s ``JSONDecodeError`` included), ``TypeError``,
+#: ``LookupError`` (``KeyError``, ``IndexError``) and ``AttributeError``.
+MALFORMED_ERRORS: tuple[type[Exception], ...] = (ValueError, TypeError, LookupError, AttributeError)
+
+
+def parse_answer(request: ApiRequest, parse: Callable[[Any], T], answer: Any, status: int | None = None) -> T:
+    """``parse(answer)``: the one place a dialect's parser is called on a 2xx answer to ``request``
+    (by the transport for an :attr:`ApiRequest.reader`, by the job lifecycle for the answers it
+    reads itself). Whatever the parser raises on an answer of another shape (:data:`MALFORMED_ERRORS`)
+    becomes a :class:`~airflow_training_provider.errors.MalformedResponseError`: a failed call,
+    retried like a 5xx and counted against a poll's outage budget, never a crashed wait.
+
+    :param request: the call answered (named in the error).
+    :param parse: a dialect parser, or a function calling one.
+    :param answer: the body, raw (``bytes``/``str``) or decoded JSON, as ``parse`` takes it.
+    :param status: the answer's HTTP status, when known (the transport's), for the error.
+    :returns: what ``parse`` returns.
+    :raises MalformedResponseError: ``parse`` failed on ``answer`` (its error is the ``__cause__``).
+    """
+    try:
+        return parse(answer)
+    except MALFORMED_ERRORS as exc:
+        raise MalformedResponseError(
+            f"malformed answer to {request.method} {request.path}: {_malformed_detail(exc)}",
+            status=status,
+        ) from exc
+
+
+def _malformed_detail(exc: Exception) -> str:
+    """What did not parse: pydantic's first line and the field at fault, a missing key, or the
+    error's first line."""
+    if isinstance(exc, ValidationError):
+        return f"{str(exc).splitlines()[0]} ({_what_failed(exc)})"
+    if isinstance(exc, KeyError):
+        return _what_failed(exc)
+    text = str(exc).splitlines()[0][:200] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 def readable_rows(platform: str, rows: Any, parse: Callable[[Any], T], id_path: str) -> list[T]:
     """Every row of a list answer that ``parse`` reads, in order. A row it cannot read (a wrongly
-    typed or missing field: ``ValueError``, pydantic's ``ValidationError`` included, ``TypeError``,
-    ``KeyError``) is left out and logged, naming the row (the value at the dotted ``id_path`` when
-    readable, else its position) and the field at fault: one bad record never hides the others.
+    typed or missing field: any of :data:`MALFORMED_ERRORS`) is left out and logged, naming the row
+    (the value at the dotted ``id_path`` when readable, else its position) and the field at fault:
+    one bad record never hides the others.
 
     :param platform: the dialect's name, for the log line.
     :raises ValueError: ``rows`` is not a list (then the answer itself is malformed)."""
@@ -205,7 +246,7 @@ def readable_rows(platform: str, rows: Any, parse: Callable[[Any], T], id_path: 
     for index, row in enumerate(rows):
         try:
             out.append(parse(row))
-        except (ValueError, TypeError, KeyError) as exc:
+        except MALFORMED_ERRORS as exc:
             row_id = _dotted(row, id_path)
             which = f"job {row_id!r} (row {index + 1})" if row_id is not None else f"row {index + 1}"
             log.warning(
@@ -253,9 +294,11 @@ class ApiRequest:
     :ivar budget: seconds to keep retrying transient failures (an outage budget) instead of a fixed
         number of attempts; set by the job lifecycle, not by dialects.
     :ivar reader: reads a 2xx body (the raw ``bytes``, or ``str`` from the sync hook) into what the
-        caller gets instead of the decoded JSON; a body it cannot read (``ValueError``, pydantic's
-        ``ValidationError`` included) is *malformed*, retried like a 5xx. Set by the job lifecycle
-        for polls (:meth:`Dialect.read_poll`: one validation straight from the bytes), not by dialects.
+        caller gets instead of the decoded JSON; the transport calls it through :func:`parse_answer`,
+        so a body it cannot read (any of :data:`MALFORMED_ERRORS`) is a
+        :class:`~airflow_training_provider.errors.MalformedResponseError`, retried like a 5xx. Set
+        by the job lifecycle (a poll: :meth:`Dialect.read_poll`, one validation straight from the
+        bytes), not by dialects.
     """
 
     method: str

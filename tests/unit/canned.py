@@ -9,9 +9,9 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from airflow_training_provider.errors import TransientPlatformError
+from airflow_training_provider.errors import MalformedResponseError
 from airflow_training_provider.lifecycle.operations import NewEvents, Operation, Progress, Sleep, advance
-from airflow_training_provider.platforms.base import ApiRequest
+from airflow_training_provider.platforms.base import ApiRequest, parse_answer
 
 
 class FakeClock:
@@ -60,9 +60,9 @@ class Canned:
                     error = answer
                 elif step.reader is not None:  # as the transport does: the raw body, read
                     try:
-                        reply = step.reader(json.dumps(answer))
-                    except ValueError as exc:
-                        error = TransientPlatformError(f"malformed response body: {exc}")
+                        reply = parse_answer(step, step.reader, json.dumps(answer), 200)
+                    except MalformedResponseError as exc:
+                        error = exc
                 else:
                     reply = answer
             elif isinstance(step, Sleep):
