@@ -101,7 +101,15 @@ class MetricPoint(_Model):
 
 
 class JobEvent(_Model):
-    """One platform event (type, level, message) as the platform reported it, in platform order."""
+    """One platform event as the platform reported it, in platform order.
+
+    :ivar type: the platform's event type (``job_error``, ``wandb_init``...; Together's lower-cased).
+    :ivar message: its text.
+    :ivar level: ``info``, ``warning`` or ``error``: each dialect normalizes its platform's level
+        spellings to these three, which the shared code knows (an ``error`` explains a failure, a
+        warning or error is written to the task log at WARNING).
+    :ivar created_at: when it happened (UTC), when the platform says.
+    """
 
     type: str
     message: str = ""
@@ -110,18 +118,29 @@ class JobEvent(_Model):
 
 
 class TrainingJob(_Model):
-    """A training job as the provider sees it, whatever the platform.
+    """A training job as the provider sees it, whatever the platform: what every dialect's
+    ``parse_job`` returns. Only ``id``, ``platform``, ``state`` and ``raw_status`` are required; every
+    other field is optional (``None`` or empty) where the platform does not report it, and a poll
+    (``Dialect.parse_poll``) may leave out checkpoints, events and timestamps.
 
-    :ivar id: the platform's job id (TensorOne ``jobId``).
+    :ivar id: the platform's job id, as its API takes it back (TensorOne ``jobId``, SageMaker's job
+        name).
     :ivar platform: dialect name, e.g. ``"tensorone"``.
-    :ivar state: normalized lifecycle state.
-    :ivar raw_status: the platform's own status string, unchanged.
-    :ivar message: failure reason or status message when the platform gives one.
-    :ivar metrics: latest metrics by name (``loss``, ``accuracy``, ``validation_accuracy``...).
-    :ivar checkpoints: checkpoints known so far, oldest first.
-    :ivar cost: spend in USD.
-    :ivar console_url: a link a person can open for this job.
-    :ivar tags: identity tags the job carries (``airflow-*`` tags set by this provider).
+    :ivar state: normalized lifecycle state (``Dialect.map_status`` of the platform's status); a
+        terminal state ends a wait.
+    :ivar raw_status: the platform's own status string, unchanged (SageMaker adds its secondary
+        status: ``InProgress/Training``).
+    :ivar name: the job's display name, when the platform has one besides its id.
+    :ivar message: failure reason or status message when the platform gives one; for a failed or
+        cancelled job, the decisive event's text is added (``events.explain_failure``).
+    :ivar progress: epoch/step counters, percent (0–100) and ETA (seconds); all optional.
+    :ivar metrics: latest metrics by name (``loss``, ``accuracy``, ``validation_accuracy``...), floats.
+    :ivar checkpoints: checkpoints known so far, oldest first (the final one last).
+    :ivar cost: spend in USD so far (``cost.total_usd``, ``None`` when the platform reports no
+        money: then the ``max_cost_usd`` guard needs ``hourly_cost_usd``), or billed seconds.
+    :ivar console_url: a link a person can open for this job (``Dialect.console_url``).
+    :ivar tags: identity tags the job carries, ``key:value`` (``airflow-*`` tags set by this
+        provider); read back from the job or its list row, so re-attach and the reaper find it.
     :ivar artifacts: where the job's outputs are, by kind (``model``, ``checkpoints``: URIs).
     :ivar events: platform events embedded in the job object (platforms whose events come that way).
     :ivar metric_history: metrics over time, oldest first, on a finished job (and in a
@@ -130,6 +149,15 @@ class TrainingJob(_Model):
         ``METRIC_HISTORY_POINTS``, every evaluation row), else one ``"epoch"`` point per
         checkpointed epoch from the checkpoints' metrics (TensorOne); empty where the platform
         keeps neither (SageMaker: final metrics only).
+    :ivar created_at: when the job was submitted (timezone-aware UTC); the orphan reaper's
+        ``min_age`` counts from it. Optional.
+    :ivar started_at: when the job started *training* (left the queue), timezone-aware UTC. It
+        drives the ``max_runtime`` guard and the hourly pricing of ``max_cost_usd``
+        (``hourly_cost_usd`` × hours since it); ``None`` where the platform does not say, and
+        then those count from the first poll that saw the job running. Read by ``parse_job``
+        (a poll may leave it out: the guards read the full job once to learn it).
+    :ivar updated_at: the platform's last change of the job, timezone-aware UTC. Optional,
+        informational.
     """
 
     id: str

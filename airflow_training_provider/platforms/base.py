@@ -382,7 +382,24 @@ class Credentials:
 
 
 class Dialect(ABC):
-    """A platform's wire format. Subclasses set ``name``, ``status_map``, ``capabilities``, ``spec_model``."""
+    """A platform's wire format. Subclasses set ``name``, ``status_map``, ``capabilities``, ``spec_model``.
+
+    **The contract.** A dialect is pure translation: no I/O, no state, one instance shared by every
+    call. The ``*_request`` methods describe a call (an :class:`ApiRequest`; the transport sends it);
+    the ``parse_*`` methods read its 2xx answer, decoded from JSON, into the normalized models of
+    :mod:`airflow_training_provider.models`. Each names in its docstring the platform call it maps
+    (``docs/platforms/<platform>.md``, "Operations used" / "Endpoints used").
+
+    *Parsers may simply raise.* The shared code calls every parser through :func:`parse_answer`:
+    whatever a parser raises on an answer of another shape (:data:`MALFORMED_ERRORS`: ``KeyError``,
+    ``TypeError``, ``AttributeError``, ``ValueError``, pydantic's ``ValidationError``) becomes a
+    :class:`~airflow_training_provider.errors.MalformedResponseError`, a failed call retried within
+    the outage budget (an auxiliary read's value is left out), never a crashed wait.
+
+    *Capabilities are checked when the class is defined* (:meth:`__init_subclass__`): a flag in
+    :attr:`capabilities` whose serving methods the class does not override (``events`` →
+    :meth:`events_request` and :meth:`parse_events`...) is a ``TypeError`` at import.
+    """
 
     name: ClassVar[str]
     status_map: ClassVar[dict[str, JobState]]
@@ -472,7 +489,16 @@ class Dialect(ABC):
 
     @abstractmethod
     def with_tags(self, spec: dict[str, Any], tags: list[str]) -> dict[str, Any]:
-        """Return a copy of ``spec`` carrying the identity ``tags`` where the platform keeps them."""
+        """A copy of ``spec`` carrying the identity ``tags`` where the platform keeps them, so that
+        the job it creates is found again by :meth:`list_request` and :meth:`parse_list` reads them
+        back into :attr:`TrainingJob.tags` (TensorOne ``tags``, SageMaker ``Tags``, PAI ``Labels``).
+
+        :param spec: a validated create body (:meth:`validate_spec`); not modified.
+        :param tags: ``key:value`` identity tags (``airflow-dag:etl``...); a platform that keeps
+            key/value pairs splits them (:func:`tag_pairs`), one that limits names derives the job
+            name from them (:func:`try_job_name`).
+        :returns: the create body to send.
+        """
 
     def resume_spec(self, spec: dict[str, Any], job_id: str, checkpoint: Checkpoint) -> dict[str, Any] | None:
         """``spec`` changed to start from ``checkpoint`` of job ``job_id``; ``None`` if the platform
@@ -487,24 +513,77 @@ class Dialect(ABC):
 
     # -- requests -----------------------------------------------------------------------------
     @abstractmethod
-    def create_request(self, spec: dict[str, Any]) -> ApiRequest: ...
+    def create_request(self, spec: dict[str, Any]) -> ApiRequest:
+        """The call that submits a job; its answer is read by :meth:`parse_created`.
+
+        Wire source: the platform's create call (TensorOne ``POST /v2/training/jobs``, Together
+        ``POST /v1/fine-tunes``, SageMaker ``CreateTrainingJob``, PAI ``CreateTrainingJob``,
+        ModelArts ``POST /v2/{project_id}/training-jobs``).
+
+        :param spec: the create body, validated (:meth:`validate_spec`) and tagged (:meth:`with_tags`).
+        :returns: the request, ``idempotent=False``: a create that may have landed is never re-sent
+            (where the client names the job, :meth:`created_job_id` lets an "already exists" answer
+            be recognized as this create).
+        """
 
     @abstractmethod
-    def get_request(self, job_id: str) -> ApiRequest: ...
+    def get_request(self, job_id: str) -> ApiRequest:
+        """The status read: the call that returns job ``job_id`` now. Its answer is read by
+        :meth:`read_poll` at every poll and by :meth:`parse_job` otherwise; it is the one read
+        whose failure decides a wait.
+
+        Wire source: TensorOne ``GET /v2/training/jobs/{jobId}``, Together ``GET /v1/fine-tunes/{id}``,
+        SageMaker ``DescribeTrainingJob``, PAI ``GetTrainingJob``, ModelArts
+        ``GET /v2/{project_id}/training-jobs/{id}``.
+
+        :param job_id: the platform's job id (:attr:`TrainingJob.id`).
+        :returns: an idempotent request (retried within the outage budget).
+        """
 
     @abstractmethod
-    def cancel_request(self, job_id: str, cancel: CancelRequest) -> ApiRequest: ...
+    def cancel_request(self, job_id: str, cancel: CancelRequest) -> ApiRequest:
+        """The call that asks the platform to stop job ``job_id``; its answer is read by
+        :meth:`parse_cancel`. A "job already ended" refusal should classify as
+        :class:`~airflow_training_provider.errors.JobStateConflictError` (:meth:`classify_error`):
+        the shared code then reads the job and reports it, not an error.
+
+        Wire source: TensorOne ``POST /v2/training/jobs/{jobId}/cancel``, Together
+        ``POST /v1/fine-tunes/{id}/cancel``, SageMaker ``StopTrainingJob``, PAI ``StopTrainingJob``,
+        ModelArts ``POST /v2/{project_id}/training-jobs/{id}/actions`` (``terminate``).
+
+        :param job_id: the job to stop.
+        :param cancel: what to ask, already reduced to what the platform can do
+            (:meth:`effective_cancel`): a final checkpoint, keeping checkpoints, a reason, force.
+        :returns: the request.
+        """
 
     def checkpoints_request(self, job_id: str) -> ApiRequest | None:
-        """Request listing a job's checkpoints, or ``None`` if the job object already has them."""
+        """The call listing job ``job_id``'s checkpoints (read by :meth:`parse_checkpoints`), for a
+        platform whose job object does not list them (``capabilities.checkpoints_in_job`` false) or
+        lists them only in part.
+
+        Wire source: TensorOne ``GET /v2/training/jobs/{jobId}/checkpoints``, Together
+        ``GET /v1/fine-tunes/{id}/checkpoints``.
+
+        :returns: the request, or ``None`` (the default) when the job object already has them.
+        """
         return None
 
     def list_request(self, tags: list[str], created_after: datetime | None = None) -> ApiRequest:
-        """Request listing the jobs carrying every one of ``tags`` (read with :meth:`parse_list`).
+        """The call listing the jobs carrying every one of ``tags`` (read with :meth:`parse_list`),
+        for re-attach, adoption and the orphan reaper (``capabilities.list_jobs``). The shared code
+        filters the rows by ``tags`` again, so a platform that cannot filter may list every job.
 
+        Wire source: TensorOne ``GET /v2/training/jobs?tag=…``, Together ``GET /v1/fine-tunes``,
+        SageMaker ``Search``, PAI ``ListTrainingJobs``, ModelArts
+        ``POST /v2/{project_id}/training-job-searches``.
+
+        :param tags: ``key:value`` identity tags, as :meth:`with_tags` set them.
         :param created_after: the jobs wanted were created after this (UTC); a platform whose list
             only covers a recent window unless told (PAI: 7 days) sends it, the others list every
-            job and ignore it."""
+            job and ignore it.
+        :returns: the request.
+        :raises NotImplementedError: the platform cannot list jobs (the default)."""
         raise NotImplementedError(f"{self.name} cannot list jobs")
 
     def probe_request(self) -> ApiRequest:
@@ -512,11 +591,27 @@ class Dialect(ABC):
         return self.list_request([])
 
     def events_request(self, job_id: str) -> ApiRequest | None:
+        """The call listing job ``job_id``'s events (read by :meth:`parse_events`), for a platform
+        with ``capabilities.events`` whose events are not in the job object
+        (``capabilities.events_in_job`` false). Read at every poll while a task streams them, as an
+        auxiliary read (refused or malformed, it is left out, never failing the wait).
+
+        Wire source: Together ``GET /v1/fine-tunes/{id}/events``, PAI ``ListTrainingJobEvents``,
+        ModelArts ``GET /v2/{project_id}/training-jobs/{id}/events``.
+
+        :returns: the request, or ``None`` (the default): no events endpoint.
+        """
         return None
 
     def metrics_request(self, job_id: str) -> ApiRequest | None:
-        """Request for the job's metric history (read with :meth:`parse_metrics` when the job has
-        ended), or ``None``: the platform has no metrics endpoint."""
+        """The call for job ``job_id``'s metric history (read with :meth:`parse_metrics`): by the
+        ``early_stopping`` guard at each new epoch and by the final view of an ended job. Without
+        one, the history is taken from the metrics saved with each checkpoint.
+
+        Wire source: Together ``GET /v1/fine-tunes/{id}/metrics``, PAI ``ListTrainingJobMetrics``.
+
+        :returns: the request, or ``None`` (the default): the platform has no metrics endpoint.
+        """
         return None
 
     def tagged_job_request(self, job_id: str) -> ApiRequest | None:
@@ -540,11 +635,38 @@ class Dialect(ABC):
         return {"Authorization": f"Bearer {credentials.api_key or ''}"}
 
     # -- responses ----------------------------------------------------------------------------
+    # Every parser takes the 2xx answer's decoded JSON (``None`` for an empty body) and may raise
+    # on an answer of another shape: the caller (:func:`parse_answer`) makes that a
+    # MalformedResponseError, a failed call.
     @abstractmethod
-    def parse_created(self, body: Any) -> TrainingJob: ...
+    def parse_created(self, body: Any) -> TrainingJob:
+        """The job a create answer describes (the answer to :meth:`create_request`).
+
+        Wire source: the create call's answer: the whole job (TensorOne, Together, ModelArts) or
+        only its id (SageMaker ``TrainingJobArn``, PAI ``TrainingJobId``: the job is then
+        reported as just created, ``pending``/``starting``).
+
+        :param body: the decoded answer.
+        :returns: the job; at least ``id``, ``platform``, ``state`` and ``raw_status``.
+        :raises Exception: any of :data:`MALFORMED_ERRORS` on an answer of another shape.
+        """
 
     @abstractmethod
-    def parse_job(self, body: Any) -> TrainingJob: ...
+    def parse_job(self, body: Any) -> TrainingJob:
+        """The whole job of a Get job answer (the answer to :meth:`get_request`): state (through
+        :meth:`map_status`), message, progress, metrics, checkpoints, cost, tags, artifacts, events
+        where the job object has them, and the timestamps (``started_at`` drives ``max_runtime``
+        and hourly pricing). Also reads a terminal job at the end of a wait.
+
+        Wire source: TensorOne's job object, Together's fine-tune object, SageMaker
+        ``DescribeTrainingJob``, PAI ``GetTrainingJob``, ModelArts' training job (see
+        ``docs/platforms/<platform>.md``, "The job").
+
+        :param body: the decoded answer.
+        :returns: the job, its fields as :class:`~airflow_training_provider.models.TrainingJob`
+            documents them.
+        :raises Exception: any of :data:`MALFORMED_ERRORS` on an answer of another shape.
+        """
 
     def parse_poll(self, body: Any) -> TrainingJob:
         """The job as a poll needs it: id, state, raw status, message, progress, metrics and cost
@@ -562,17 +684,46 @@ class Dialect(ABC):
         return self.parse_poll(json.loads(raw))
 
     @abstractmethod
-    def parse_cancel(self, job_id: str, body: Any) -> CancelResult: ...
+    def parse_cancel(self, job_id: str, body: Any) -> CancelResult:
+        """What the cancel call's answer (to :meth:`cancel_request`) says was done.
+
+        Wire source: TensorOne's cancel answer (``cancellationDetails``, ``costSummary``),
+        Together's truncated fine-tune object, ModelArts' job object (``Terminating``); SageMaker
+        ``StopTrainingJob`` and PAI ``StopTrainingJob`` answer next to nothing: the job is
+        ``stopping``.
+
+        :param job_id: the job cancelled (for answers that do not name it).
+        :param body: the decoded answer (``None`` when empty).
+        :returns: the result; the shared code completes it from the job once it stopped.
+        :raises Exception: any of :data:`MALFORMED_ERRORS` on an answer of another shape.
+        """
 
     def parse_checkpoints(self, body: Any) -> list[Checkpoint]:
+        """The checkpoints of a checkpoints answer (to :meth:`checkpoints_request`), oldest first.
+
+        Wire source: TensorOne ``GET /v2/training/jobs/{jobId}/checkpoints``, Together
+        ``GET /v1/fine-tunes/{id}/checkpoints``.
+
+        :param body: the decoded answer.
+        :returns: the checkpoints; ``[]`` by default (no checkpoints endpoint).
+        :raises Exception: any of :data:`MALFORMED_ERRORS` on an answer of another shape.
+        """
         return []
 
     #: dotted path of a job's id in a row of the list answer (names a row :meth:`parse_list` leaves out)
     list_row_id: ClassVar[str] = "id"
 
     def parse_list(self, body: Any) -> list[TrainingJob]:
-        """The jobs of a list answer; a row that does not read as a job is left out and logged
-        (:meth:`listed_jobs`). :raises ValueError: the answer is not a list of jobs at all."""
+        """The jobs of a list answer (to :meth:`list_request` or :meth:`tagged_job_request`), with
+        their tags; a row that does not read as a job is left out and logged (:meth:`listed_jobs`).
+
+        Wire source: TensorOne's and Together's job lists, SageMaker ``Search`` results, PAI
+        ``ListTrainingJobs``, ModelArts' training job search.
+
+        :param body: the decoded answer.
+        :returns: the jobs it lists, in the answer's order.
+        :raises ValueError: the answer is not a list of jobs at all (any of :data:`MALFORMED_ERRORS`).
+        :raises NotImplementedError: the platform cannot list jobs (the default)."""
         raise NotImplementedError(f"{self.name} cannot list jobs")
 
     def listed_jobs(self, rows: Any, parse: Callable[[Any], TrainingJob] | None = None) -> list[TrainingJob]:
@@ -581,9 +732,30 @@ class Dialect(ABC):
         return readable_rows(self.name, rows, parse or self.parse_job, self.list_row_id)
 
     def parse_events(self, body: Any) -> list[JobEvent]:
+        """The events of an events answer (to :meth:`events_request`), in platform order (oldest
+        first), each ``level`` normalized to ``info``, ``warning`` or ``error`` and ``type`` as the
+        platform names it; :meth:`decisive_event` picks the failure reason among them.
+
+        Wire source: Together ``GET /v1/fine-tunes/{id}/events``, PAI ``ListTrainingJobEvents``,
+        ModelArts' job events.
+
+        :param body: the decoded answer.
+        :returns: the events; ``[]`` by default (no events endpoint).
+        :raises Exception: any of :data:`MALFORMED_ERRORS` on an answer of another shape.
+        """
         return []
 
     def parse_metrics(self, body: Any) -> list[MetricPoint]:
+        """The metric history of a metrics answer (to :meth:`metrics_request`), oldest first, in
+        the provider's metric names (``loss``, ``validation_loss``, ``accuracy``...; see
+        :class:`~airflow_training_provider.models.MetricPoint`).
+
+        Wire source: Together ``GET /v1/fine-tunes/{id}/metrics``, PAI ``ListTrainingJobMetrics``.
+
+        :param body: the decoded answer.
+        :returns: the points; ``[]`` by default (no metrics endpoint).
+        :raises Exception: any of :data:`MALFORMED_ERRORS` on an answer of another shape.
+        """
         return []
 
     def decisive_event(self, events: list[JobEvent]) -> JobEvent | None:
@@ -642,6 +814,11 @@ class Dialect(ABC):
         return state
 
     def console_url(self, base_url: str, job_id: str) -> str | None:
+        """A link a person can open for job ``job_id`` (the platform's console page), set as
+        :attr:`TrainingJob.console_url` and shown as the task's extra link.
+
+        :param base_url: the connection's API base URL.
+        :returns: the URL, or ``None`` (the default): the platform has no such page."""
         return None
 
     def effective_cancel(self, cancel: CancelRequest) -> CancelRequest:
