@@ -355,6 +355,21 @@ class Capabilities:
     metric_history: bool = False
     cost_usd: bool = False
 
+    def served_by(self) -> dict[str, tuple[str, ...]]:
+        """The :class:`Dialect` methods a dialect declaring these capabilities must override, by
+        the declaration they serve (checked when a dialect class is defined): ``events`` (not in
+        the job object) → the events endpoint and its parser; ``checkpoints_in_job=False`` → the
+        checkpoints endpoint and its parser; ``list_jobs`` → the list call and its parser. The
+        other flags are served by methods every dialect has (``parse_job``, ``cancel_request``)."""
+        served: dict[str, tuple[str, ...]] = {}
+        if self.events and not self.events_in_job:
+            served["events"] = ("events_request", "parse_events")
+        if not self.checkpoints_in_job:
+            served["checkpoints_in_job=False"] = ("checkpoints_request", "parse_checkpoints")
+        if self.list_jobs:
+            served["list_jobs"] = ("list_request", "parse_list")
+        return served
+
 
 @dataclass(frozen=True)
 class Credentials:
@@ -416,11 +431,40 @@ class Dialect(ABC):
 
     _unknown_statuses_logged: ClassVar[set[tuple[str, str]]] = set()
     _status_by_folded_name: ClassVar[dict[str, JobState]] = {}
+    #: a request method → the parser that reads its answer: a dialect overriding one overrides both
+    _PARSER_OF: ClassVar[dict[str, str]] = {
+        "checkpoints_request": "parse_checkpoints",
+        "events_request": "parse_events",
+        "metrics_request": "parse_metrics",
+        "list_request": "parse_list",
+    }
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Check the class when it is defined (at import): each capability it declares is served
+        by methods it overrides (:meth:`Capabilities.served_by`), and each optional request it
+        overrides has its parser (``metrics_request`` → ``parse_metrics``...).
+
+        :raises TypeError: naming the class, the capability (or request) and the missing methods.
+        """
         super().__init_subclass__(**kwargs)
         if "status_map" in cls.__dict__:
             cls._status_by_folded_name = {k.strip().lower(): v for k, v in cls.status_map.items()}
+        name = f"{cls.__module__}.{cls.__qualname__}"
+        for flag, methods in cls.capabilities.served_by().items():
+            missing = [m for m in methods if not cls._overrides(m)]
+            if missing:
+                raise TypeError(
+                    f"{name} declares capabilities.{flag} but does not override "
+                    f"{', '.join(missing)}, which serve{'s' if len(missing) == 1 else ''} it"
+                )
+        for request, parser in cls._PARSER_OF.items():
+            if cls._overrides(request) and not cls._overrides(parser):
+                raise TypeError(f"{name} overrides {request} but not {parser}, which reads its answer")
+
+    @classmethod
+    def _overrides(cls, method: str) -> bool:
+        """Whether ``cls`` (or a base between it and :class:`Dialect`) defines its own ``method``."""
+        return getattr(cls, method) is not getattr(Dialect, method)
 
     # -- spec ---------------------------------------------------------------------------------
     def validate_spec(self, spec: dict[str, Any], allow_unknown_fields: bool = False) -> dict[str, Any]:
