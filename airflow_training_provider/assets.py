@@ -14,6 +14,7 @@ import urllib.parse
 from typing import Any
 
 from airflow_training_provider.models import Checkpoint, TrainingJob
+from airflow_training_provider.platforms import dialect_class
 
 #: the scheme of a checkpoint a platform keeps without a storage URI: ``training://<platform>/<job>/<checkpoint>``
 TRAINING_SCHEME = "training"
@@ -23,14 +24,13 @@ SCHEMES = ("oss", "obs", TRAINING_SCHEME)
 
 
 def checkpoint_uri(job: TrainingJob, checkpoint: Checkpoint | None) -> str:
-    """The asset URI of ``checkpoint`` of ``job``: its storage URI as the platform reports it
-    (``s3://``, ``oss://``, ``obs://``, ``https://``), ModelArts' ``/bucket/key`` as ``obs://bucket/key``,
-    a local file as ``file://``, else ``training://<platform>/<job id>/<checkpoint id>``."""
+    """The asset URI of ``checkpoint`` of ``job``: its storage location as the job's platform reads
+    it (:meth:`Dialect.storage_uri`: ``s3://``, ``oss://``, ``obs://``, ``https://`` as reported,
+    ModelArts' ``/bucket/key`` as ``obs://bucket/key``, a local file as ``file://``), else
+    ``training://<platform>/<job id>/<checkpoint id>``."""
     path = checkpoint.path if checkpoint is not None else None
-    if path and "://" in path:
-        return path
-    if path and path.startswith("/"):
-        return f"obs:/{path}" if job.platform == "modelarts" else f"file://{path}"
+    if path and (uri := dialect_class(job.platform).storage_uri(path)):
+        return uri
     name = checkpoint.id if checkpoint is not None else "final"
     return f"{TRAINING_SCHEME}://{job.platform}/{urllib.parse.quote(job.id, safe='')}/{urllib.parse.quote(name, safe='')}"
 

@@ -40,6 +40,13 @@ def display_name(platform: str | None) -> str | None:
     return next((p.display_name for p in PLATFORMS.values() if p.dialect.name == platform), platform)
 
 
+def dialect_class(platform: str | None) -> type[Dialect]:
+    """The dialect class named ``platform`` (a job's ``platform``: ``"sagemaker"`` →
+    ``SageMakerDialect``), for what it knows without a connection (:meth:`Dialect.storage_uri`);
+    the base :class:`Dialect` (its generic rules) for an unknown name."""
+    return next((p.dialect for p in PLATFORMS.values() if p.dialect.name == platform), Dialect)
+
+
 def platform_job(
     job: TrainingJob | None = None, *, platform: str | None = None, job_id: str | None = None
 ) -> str:
@@ -62,6 +69,7 @@ __all__ = [
     "Dialect",
     "HttpRequest",
     "PlatformDescriptor",
+    "dialect_class",
     "display_name",
     "get_dialect",
     "get_platform",

@@ -857,6 +857,21 @@ class Dialect(ABC):
             return JobState.RUNNING
         return state
 
+    @classmethod
+    def storage_uri(cls, path: str) -> str | None:
+        """The URI of a storage location the platform reports as a checkpoint's ``path``, for the
+        model asset (:func:`airflow_training_provider.assets.checkpoint_uri`): a URI (``s3://…``,
+        ``oss://…``, ``https://…``) as it is, an absolute path as a local file (``file:///…``, the
+        local platform's checkpoint files). A platform that reports its object storage as bare paths
+        overrides it (ModelArts: ``/bucket/key`` is on OBS). A class method: it needs no connection.
+
+        :param path: the checkpoint's ``path``, not empty.
+        :returns: the URI, or ``None`` for a path that names no location (the asset is then
+            ``training://<platform>/<job>/<checkpoint>``)."""
+        if "://" in path:
+            return path
+        return f"file://{path}" if path.startswith("/") else None
+
     def console_url(self, base_url: str, job_id: str) -> str | None:
         """A link a person can open for job ``job_id`` (the platform's console page), set as
         :attr:`TrainingJob.console_url` and shown as the task's extra link.

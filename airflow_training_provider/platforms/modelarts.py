@@ -571,6 +571,11 @@ class ModelArtsDialect(Dialect):
             return JobStateConflictError(message, **kw)
         return TrainingPlatformError(message, **kw)
 
+    @classmethod
+    def storage_uri(cls, path: str) -> str | None:
+        """ModelArts' own form of an OBS path, ``/bucket/key``, as ``obs://bucket/key``."""
+        return f"obs:/{path}" if path.startswith("/") else super().storage_uri(path)
+
     def console_url(self, base_url: str, job_id: str) -> str | None:
         match = re.search(r"modelarts\.([a-z0-9-]+)\.myhuaweicloud\.com", base_url)
         if match is None:  # an endpoint override (e.g. the local training platform): no console
