@@ -104,6 +104,25 @@ def name_value_pairs(value: Any, name_key: str, value_key: str) -> Any:
     return out
 
 
+#: the field the local training platform adds to the job object of a platform that reports no money
+#: (its ``local_platform/platforms/<name>/wire.py``, "Money"): the job's cost so far in USD. No real
+#: platform sends it; it is read in one place, :func:`local_cost_usd`.
+LOCAL_COST_FIELD = "x_local_cost_usd"
+
+
+def local_cost_usd(body: Any) -> float | None:
+    """The cost so far (USD) the local training platform adds to a job object as
+    :data:`LOCAL_COST_FIELD`, for a dialect whose platform reports no money (SageMaker, PAI,
+    ModelArts): a job run on the emulator shows a cost in its result, lineage and asset event,
+    while ``capabilities.cost_usd`` stays false (a real job of that platform has none). Only the
+    dialect sees the raw job object, so it calls this while parsing.
+
+    :param body: the decoded job object.
+    :returns: the cost, or ``None``: a real platform's answer (no such field) or not a number."""
+    value = body.get(LOCAL_COST_FIELD) if isinstance(body, dict) else None
+    return float(value) if isinstance(value, int | float) else None
+
+
 #: the identity tags a task instance is named by (every try of it carries the same values).
 TASK_INSTANCE_KEYS = ("airflow-deployment", "airflow-dag", "airflow-run", "airflow-task", "airflow-map")
 #: hex characters of :func:`identity_digest` in a generated job name: 40 bits.

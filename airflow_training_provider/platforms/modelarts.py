@@ -56,6 +56,7 @@ from airflow_training_provider.platforms.base import (
     Dialect,
     HttpRequest,
     WireModel,
+    local_cost_usd,
     name_value_pairs,
     retry_after_seconds,
     tag_pairs,
@@ -503,7 +504,6 @@ class ModelArtsDialect(Dialect):
             artifacts["checkpoints"] = location
         if model := _channel(outputs, ("model", "model_url")):
             artifacts["model"] = model
-        cost = body.get("x_local_cost_usd") if isinstance(body, dict) else None
         metadata = wire.metadata
         return TrainingJob(
             id=metadata.id,
@@ -516,7 +516,7 @@ class ModelArtsDialect(Dialect):
             artifacts=artifacts,
             cost=Cost(
                 billable_seconds=status.duration / 1000 if status.duration is not None else None,
-                total_usd=float(cost) if isinstance(cost, int | float) else None,
+                total_usd=local_cost_usd(body),
             ),
             tags=[f"{k}:{v}" for k, v in metadata.annotations.items() if k.startswith(ANNOTATION_PREFIX)],
             created_at=_millis(metadata.create_time),

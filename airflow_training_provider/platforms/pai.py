@@ -57,6 +57,7 @@ from airflow_training_provider.platforms.base import (
     Dialect,
     HttpRequest,
     WireModel,
+    local_cost_usd,
     name_value_pairs,
     retry_after_seconds,
     tag_pairs,
@@ -503,7 +504,6 @@ class PaiDialect(Dialect):
             artifacts[CHECKPOINT_CHANNEL] = location
         if model := (wire.OutputModel or {}).get("Uri") or _channel_uri(wire.OutputChannels, "model"):
             artifacts["model"] = model
-        cost = body.get("x_local_cost_usd") if isinstance(body, dict) else None
         return TrainingJob(
             id=wire.TrainingJobId,
             platform=self.name,
@@ -517,7 +517,7 @@ class PaiDialect(Dialect):
             artifacts=artifacts,
             cost=Cost(
                 billable_seconds=wire.Duration,
-                total_usd=float(cost) if isinstance(cost, int | float) else None,
+                total_usd=local_cost_usd(body),
             ),
             console_url=wire.TrainingJobUrl,
             tags=[

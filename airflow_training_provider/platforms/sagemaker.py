@@ -54,6 +54,7 @@ from airflow_training_provider.platforms.base import (
     Dialect,
     HttpRequest,
     WireModel,
+    local_cost_usd,
     retry_after_seconds,
     tag_pairs,
     try_job_name,
@@ -471,7 +472,7 @@ class SageMakerDialect(Dialect):
             metrics=metrics,
             checkpoints=checkpoints,
             artifacts=artifacts,
-            cost=Cost(billable_seconds=billable, total_usd=self._local_cost(body)),
+            cost=Cost(billable_seconds=billable, total_usd=local_cost_usd(body)),
             tags=[f"{t.Key}:{t.Value}" for t in wire.Tags if t.Key.startswith(TAG_KEY_PREFIX)],
             created_at=_epoch(wire.CreationTime),
             started_at=_epoch(wire.TrainingStartTime),
@@ -486,12 +487,6 @@ class SageMakerDialect(Dialect):
                 for t in wire.SecondaryStatusTransitions
             ],
         )
-
-    @staticmethod
-    def _local_cost(body: Any) -> float | None:
-        """SageMaker does not report money; the local training platform adds ``x_local_cost_usd``."""
-        value = body.get("x_local_cost_usd") if isinstance(body, dict) else None
-        return float(value) if isinstance(value, int | float) else None
 
     def parse_cancel(self, job_id: str, body: Any) -> CancelResult:
         """``StopTrainingJob`` answers an empty body: the job is ``Stopping`` now."""

@@ -30,7 +30,7 @@ from airflow_training_provider.hooks.training import PLATFORM_HOOKS
 from airflow_training_provider.hooks.transport import prepare_request
 from airflow_training_provider.models import CancelRequest, JobState
 from airflow_training_provider.platforms import PLATFORMS, modelarts, pai, sagemaker, tensorone, together
-from airflow_training_provider.platforms.base import tag_pairs
+from airflow_training_provider.platforms.base import LOCAL_COST_FIELD, tag_pairs
 from airflow_training_provider.platforms.descriptor import PlatformDescriptor
 from tests.unit import test_modelarts_dialect as ma
 from tests.unit import test_pai_dialect as pa
@@ -367,6 +367,16 @@ def test_a_list_answer_whose_rows_are_not_a_list_is_malformed(case):
     assert "not a list" in body.values()
     with pytest.raises(ValueError):
         case.platform.dialect().parse_list(body)
+
+
+@every_platform
+def test_only_a_platform_without_money_reads_the_local_platforms_cost(case):
+    dialect = case.platform.dialect()
+    local = dialect.parse_job({**case.job, LOCAL_COST_FIELD: 1.5}).cost.total_usd
+    if dialect.capabilities.cost_usd:  # it reports its own cost: the emulator adds none
+        assert local == dialect.parse_job(case.job).cost.total_usd
+    else:
+        assert dialect.parse_job(case.job).cost.total_usd is None and local == 1.5
 
 
 @every_platform
