@@ -14,7 +14,8 @@ from collections.abc import Iterable
 from airflow_training_provider.models import JobEvent, JobState, TrainingJob
 from airflow_training_provider.platforms.base import Dialect
 
-_LOUD_LEVELS = frozenset({"error", "warning", "legacy_ierror"})
+#: levels written at WARNING (each dialect normalizes its platform's spellings to info/warning/error)
+_LOUD_LEVELS = frozenset({"error", "warning"})
 
 
 def write_events(log: logging.Logger | logging.LoggerAdapter, events: Iterable[JobEvent]) -> None:

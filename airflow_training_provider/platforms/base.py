@@ -823,8 +823,9 @@ class Dialect(ABC):
 
     def decisive_event(self, events: list[JobEvent]) -> JobEvent | None:
         """The event that explains a failed or platform-cancelled job: by default the last one
-        with level ``error``. Platforms override this with their own rules."""
-        errors = [e for e in events if e.level.lower() in {"error", "legacy_ierror"}]
+        with level ``error`` (levels are normalized by :meth:`parse_events`). Platforms override
+        this with their own rules."""
+        errors = [e for e in events if e.level.lower() == "error"]
         return errors[-1] if errors else None
 
     def error_fields(self, body: Any) -> tuple[str | None, str | None, str | None]:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import logging
 
-from airflow_training_provider.events import explain_failure
+from airflow_training_provider.events import explain_failure, write_events
 from airflow_training_provider.lifecycle.operations import NewEvents, Progress
 from airflow_training_provider.models import JobEvent, JobState, TrainingJob
 from airflow_training_provider.platforms.tensorone import TensorOneDialect
+from airflow_training_provider.platforms.together import TogetherDialect
 from airflow_training_provider.progress import JobReport
 
 EVENTS = [
@@ -50,3 +51,16 @@ def test_failure_reason_quotes_decisive_event():
     assert explained.message == "wandb_init: W&B login failed: invalid key"
     ok = TrainingJob(id="j", platform="tensorone", state=JobState.SUCCEEDED, raw_status="completed")
     assert explain_failure(ok, EVENTS, TensorOneDialect()).message is None
+
+
+def test_a_platform_level_spelling_is_the_dialects_to_normalize(caplog):
+    # Together's legacy SDK level: the dialect reads it as an error, the shared code knows only "error"
+    together = TogetherDialect()
+    [event] = together.parse_events(
+        {"data": [{"type": "job_error", "level": "legacy_ierror", "message": "OOM"}]}
+    )
+    with caplog.at_level(logging.INFO, "t"):
+        write_events(logging.getLogger("t"), [event])
+    assert caplog.records[-1].levelno == logging.WARNING
+    failed = TrainingJob(id="ft-1", platform="together", state=JobState.FAILED, raw_status="error")
+    assert explain_failure(failed, [event], together).message == "job_error: OOM"
