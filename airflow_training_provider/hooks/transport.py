@@ -2,7 +2,8 @@
 retry policy, shared by the sync and the async hook. The rules:
 
 * A request is prepared once (:func:`prepare_request`): URL and query joined by one rule, the body
-  serialized to bytes, then the dialect authenticates exactly those bytes.
+  serialized to bytes, a ``User-Agent`` naming the provider and its version (:data:`USER_AGENT`),
+  then the dialect authenticates exactly those bytes and headers.
 * 2xx with a JSON body → the body (or, for a request with a reader, what the reader makes of it); a
   2xx whose body is not JSON, or that the reader cannot read, is *malformed*
   (:class:`~airflow_training_provider.errors.MalformedResponseError`) → transient.
@@ -15,6 +16,7 @@ retry policy, shared by the sync and the async hook. The rules:
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import logging
 from collections.abc import Mapping
@@ -45,6 +47,7 @@ from airflow_training_provider.platforms.base import (
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "USER_AGENT",
     "PreparedRequests",
     "RetryPolicy",
     "decode_response",
@@ -52,6 +55,24 @@ __all__ = [
     "prepare_request",
     "retry_after_seconds",
 ]
+
+
+DISTRIBUTION = "airflow-training-provider"
+
+
+def provider_version() -> str:
+    """The installed version of this provider's distribution (``0.1.0``); ``unknown`` when it runs
+    from a source tree that was never installed."""
+    try:
+        return importlib.metadata.version(DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+#: sent on every request (:func:`prepare_request`), so a platform's logs and support can tell this
+#: provider's calls and their version apart: ``airflow-training-provider/0.1.0``. A dialect whose
+#: platform wants another sets its own in :attr:`ApiRequest.headers`.
+USER_AGENT = f"{DISTRIBUTION}/{provider_version()}"
 
 
 @dataclass(frozen=True)
@@ -138,10 +159,11 @@ def _query_value(value: Any) -> str:
 def prepare_request(
     dialect: Dialect, base_url: str, request: ApiRequest, credentials: Credentials
 ) -> HttpRequest:
-    """The exact bytes to send for ``request``: absolute URL with query, headers, body serialized
-    once, then authenticated by the dialect (which sees all of it and the signing time)."""
+    """The exact bytes to send for ``request``: absolute URL with query, headers (``Accept``,
+    :data:`USER_AGENT`, the request's own, ``Content-Type`` with a body), body serialized once, then
+    authenticated by the dialect (which sees all of it and the signing time)."""
     body = dialect.encode_body(request)
-    headers = {"Accept": "application/json", **request.headers}
+    headers = {"Accept": "application/json", "User-Agent": USER_AGENT, **request.headers}
     if body:
         headers["Content-Type"] = request.content_type
     http = HttpRequest(

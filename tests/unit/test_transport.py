@@ -223,3 +223,26 @@ def test_get_has_no_body_and_no_content_type():
     http = prepare_request(D, "http://h", GET, Credentials(api_key="k"))
     assert http.body == b"" and "Content-Type" not in http.headers
     assert http.headers["Authorization"] == "Bearer k"
+
+
+def test_every_prepared_request_names_the_provider_unless_the_platform_sets_its_own():
+    from airflow_training_provider.hooks.transport import USER_AGENT
+
+    assert USER_AGENT.startswith("airflow-training-provider/")
+    assert prepare_request(D, "http://h", GET, Credentials(api_key="k")).headers["User-Agent"] == USER_AGENT
+    own = ApiRequest("GET", "/x", headers={"User-Agent": "vendor-sdk/1"})
+    assert (
+        prepare_request(D, "http://h", own, Credentials(api_key="k")).headers["User-Agent"] == "vendor-sdk/1"
+    )
+
+
+def test_the_version_is_unknown_when_the_provider_was_never_installed(monkeypatch):
+    import importlib.metadata
+
+    from airflow_training_provider.hooks import transport
+
+    def not_installed(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", not_installed)
+    assert transport.provider_version() == "unknown"
