@@ -650,7 +650,13 @@ class Dialect(ABC):
         raise NotImplementedError(f"{self.name} cannot list jobs")
 
     def probe_request(self) -> ApiRequest:
-        """The cheapest authenticated call (a connection's Test button): by default the job list."""
+        """The cheapest authenticated call (a connection's Test button); its answer is not read.
+
+        Wire source: by default the job list (:meth:`list_request`); TensorOne
+        ``GET /v2/training/jobs?limit=1``, PAI ``ListTrainingJobs`` of one row, ModelArts' search
+        of one.
+
+        :returns: the request."""
         return self.list_request([])
 
     def events_request(self, job_id: str) -> ApiRequest | None:
@@ -679,7 +685,12 @@ class Dialect(ABC):
 
     def tagged_job_request(self, job_id: str) -> ApiRequest | None:
         """A request whose answer (read with :meth:`parse_list`) holds job ``job_id`` with its tags,
-        for platforms whose job object leaves the tags out (SageMaker); ``None``: the job has them."""
+        for platforms whose job object leaves the tags out: how a create answered "already exists"
+        tells this try's job from another's (:meth:`created_job_id`).
+
+        Wire source: SageMaker ``Search`` by ``TrainingJobName``.
+
+        :returns: the request, or ``None`` (the default): the job object has its tags."""
         return None
 
     def encode_body(self, request: ApiRequest) -> bytes:
@@ -735,7 +746,13 @@ class Dialect(ABC):
         """The job as a poll needs it: id, state, raw status, message, progress, metrics and cost
         (checkpoints, events and timestamps may be left out). Called on every poll of every
         waiting job, so a dialect may parse less here than :meth:`parse_job`; a terminal job is
-        parsed again with :meth:`parse_job`. By default the same as :meth:`parse_job`."""
+        parsed again with :meth:`parse_job`. By default the same as :meth:`parse_job`.
+
+        Wire source: the Get job answer (:meth:`get_request`), as for :meth:`parse_job`.
+
+        :param body: the decoded answer.
+        :returns: the job, at least as complete as listed above.
+        :raises Exception: any of :data:`MALFORMED_ERRORS` on an answer of another shape."""
         return self.parse_job(body)
 
     def read_poll(self, raw: bytes | str) -> TrainingJob:
@@ -743,7 +760,10 @@ class Dialect(ABC):
         model overrides it to validate the bytes directly (pydantic's ``model_validate_json``:
         no intermediate dicts, the cheapest read per poll).
 
-        :raises ValueError: the body is not JSON or not a job (pydantic's ``ValidationError``)."""
+        :param raw: the Get job answer's body as received (``bytes``, or ``str`` from the sync hook).
+        :returns: the job, as :meth:`parse_poll` reads it.
+        :raises ValueError: the body is not JSON or not a job (pydantic's ``ValidationError``); or
+            any other of :data:`MALFORMED_ERRORS` a hand-written reading raises."""
         return self.parse_poll(json.loads(raw))
 
     @abstractmethod
