@@ -105,7 +105,7 @@ def name_value_pairs(value: Any, name_key: str, value_key: str) -> Any:
 
 
 #: the field the local training platform adds to the job object of a platform that reports no money
-#: (its ``local_platform/platforms/<name>/wire.py``, "Money"): the job's cost so far in USD. No real
+#: (the emulator's wire module of that platform, "Money"): the job's cost so far in USD. No real
 #: platform sends it; it is read in one place, :func:`local_cost_usd`.
 LOCAL_COST_FIELD = "x_local_cost_usd"
 
