@@ -183,7 +183,7 @@ class TrainingPlatformHook(JobApi, HttpHook):
                 f"connection error: {exc.__class__.__name__}", sent=not refused
             ) from exc
         except requests.exceptions.Timeout as exc:
-            raise TransientPlatformError(f"timed out after {self.retry_policy.call_timeout} s") from exc
+            raise TransientPlatformError(f"timed out after {self.retry_policy.call_timeout:.1f} s") from exc
         return decode_response(conn.dialect, request, response.status_code, response.headers, response.text)
 
 
