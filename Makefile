@@ -6,10 +6,13 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test fast lint clean postgres redis browser ui bench
 
-$(STAMP): pyproject.toml constraints.txt
+# Three distributions from this repository: the provider (.), the local training platform
+# (local-platform/) and the private development harness with the test tools (devel/).
+$(STAMP): pyproject.toml local-platform/pyproject.toml devel/pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip uv
-	$(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python -c constraints.txt -e ".[test]"
+	$(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python -c constraints.txt \
+		-e . -e ./local-platform -e ./devel
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -38,12 +41,12 @@ test: $(STAMP) postgres redis browser
 
 # The local platform and Airflow with the example DAGs, for a look at the UI; Ctrl-C stops it all.
 ui: $(STAMP) postgres
-	$(BIN)/python -m airflow_training_provider.testing.devstack --workdir .ui --dags-folder example_dags
+	$(BIN)/python -m airflow_training_devel.devstack --workdir .ui --dags-folder example_dags
 
 # What a waiting job costs the triggerer: the trigger against baselines at 1,000/5,000/10,000 pollers
 # (not part of `make test`; about 20 minutes; writes docs/images/trigger-cpu-per-poll.png).
 bench: $(STAMP)
-	$(BIN)/uv pip install -q --python $(BIN)/python -c constraints.txt -e ".[bench]"
+	$(BIN)/uv pip install -q --python $(BIN)/python -c constraints.txt -e . -e ./local-platform -e "./devel[bench]"
 	$(BIN)/python scripts/bench_triggers.py --sizes 1000,5000,10000 --interval 1,1,30 --window 20 \
 		--plot docs/images/trigger-cpu-per-poll.png
 

@@ -13,7 +13,7 @@ os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 
 import pytest  # noqa: E402
 
-from airflow_training_provider.local_platform.server import LocalPlatformServer  # noqa: E402
+from airflow_training_platform.server import LocalPlatformServer  # noqa: E402
 
 API_KEY = "test-key-not-a-secret"
 AWS_ACCESS_KEY_ID = "AKIDTESTLOCAL"

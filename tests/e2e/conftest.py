@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_training_provider.local_platform.server import LocalPlatformServer
+from airflow_training_platform.server import LocalPlatformServer
 from tests.conftest import API_KEY, aws_connection, modelarts_connection, pai_connection
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from airflow_training_provider.local_platform.control import LocalPlatformControl
+from airflow_training_platform.control import LocalPlatformControl
 from tests.conftest import API_KEY, aws_connection, modelarts_connection, pai_connection
 
 PLATFORM_CONNS = ("tensorone", "together")

@@ -1,7 +1,7 @@
 """K1–K24 on a real Airflow 3.3 stack, for every platform a scenario applies to, judged by the
 platform's own records (submits, cancel requests, states, checkpoint files).
 
-The scenarios (``airflow_training_provider.testing.killpaths.scenarios``) run once per session in
+The scenarios (``airflow_training_devel.killpaths.scenarios``) run once per session in
 the ``outcomes`` fixture (see conftest); each test asserts on its (scenario, platform) outcome.
 """
 
@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from airflow_training_provider.local_platform.control import LocalPlatformControl
-from airflow_training_provider.testing.killpaths import Outcome, pairs
-from airflow_training_provider.testing.killpaths.flavors import GUARD_RULE, flavor_of
-from airflow_training_provider.testing.killpaths.scenarios import loss_plateau
+from airflow_training_devel.killpaths import Outcome, pairs
+from airflow_training_devel.killpaths.flavors import GUARD_RULE, flavor_of
+from airflow_training_devel.killpaths.scenarios import loss_plateau
+from airflow_training_platform.control import LocalPlatformControl
 
 # The first test's setup runs every selected scenario (see conftest.outcomes): give it the time.
 # They share one stack: under pytest-xdist (--dist loadgroup) one worker runs them all.
@@ -357,8 +357,8 @@ def _listener_lines(env, o: Outcome) -> list[str]:
 
 @scenario("k24_mark_failed_no_triggerer")
 def test_k24_mark_failed_without_a_triggerer_cancels_at_once(outcome):
+    from airflow_training_devel.killpaths.flavors import API_KEY
     from airflow_training_provider.listeners import CANCEL_REASON
-    from airflow_training_provider.testing.killpaths.flavors import API_KEY
 
     assert outcome.notes["triggerers_healthy"], "the triggerers came back"
     for o in (outcome, outcome.notes["dag_run"]):  # the task instance marked failed; its DAG run

@@ -10,8 +10,8 @@ from typing import Any
 
 import httpx
 
-from airflow_training_provider.local_platform.control import LocalPlatformControl
-from airflow_training_provider.local_platform.server import LocalPlatformServer
+from airflow_training_platform.control import LocalPlatformControl
+from airflow_training_platform.server import LocalPlatformServer
 
 API_KEY = "tpo_test_local"
 TERMINAL = {"completed", "failed", "cancelled"}

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import requests
 
-from airflow_training_provider.local_platform.control import LocalPlatformControl
-from airflow_training_provider.local_platform.server import LocalPlatformServer
-from airflow_training_provider.testing.devstack import API_KEY, AWS_ACCESS_KEY_ID, connections, dev_stack
-from airflow_training_provider.testing.stack import AirflowStack
+from airflow_training_devel.devstack import API_KEY, AWS_ACCESS_KEY_ID, connections, dev_stack
+from airflow_training_devel.stack import AirflowStack
+from airflow_training_platform.control import LocalPlatformControl
+from airflow_training_platform.server import LocalPlatformServer
 
 pytestmark = pytest.mark.e2e
 
