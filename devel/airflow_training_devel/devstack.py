@@ -23,61 +23,24 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from airflow_training_devel.local_fixtures import LOCAL_FIXTURES, server_options
 from airflow_training_devel.postgres import PostgresServer
 from airflow_training_devel.stack import AIRFLOW, AirflowStack
 from airflow_training_platform.server import LocalPlatformServer
 
-API_KEY = "local-key"
-AWS_ACCESS_KEY_ID = "AKIDLOCALUI"
-PAI_ACCESS_KEY_ID = "LTAILOCALUI"
-MODELARTS_ACCESS_KEY = "HWLOCALUIAK"
-
 
 def connections(platform_url: str) -> list[dict[str, Any]]:
-    """The connections to the local platform, as ``POST /api/v2/connections`` bodies."""
-    # the Test button of an aws connection calls STS at service_config.sts.endpoint_url only
-    aws_extra = {
-        "region_name": "us-east-1",
-        "endpoint_url": platform_url,
-        "service_config": {"sts": {"endpoint_url": platform_url}},
-    }
-    return [
-        {
-            "connection_id": "tensorone_local",
-            "conn_type": "tensorone",
-            "host": platform_url,
-            "password": API_KEY,
-        },
-        {
-            "connection_id": "together_local",
-            "conn_type": "together",
-            "host": platform_url,
-            "password": API_KEY,
-        },
-        {
-            "connection_id": "aws_local",
-            "conn_type": "aws",
-            "login": AWS_ACCESS_KEY_ID,
-            "password": API_KEY,
-            "extra": json.dumps(aws_extra),
-        },
-        {
-            "connection_id": "pai_local",
-            "conn_type": "pai",
-            "host": platform_url,
-            "login": PAI_ACCESS_KEY_ID,
-            "password": API_KEY,
-            "extra": json.dumps({"region": "cn-hangzhou", "workspace_id": "86995"}),
-        },
-        {
-            "connection_id": "modelarts_local",
-            "conn_type": "modelarts",
-            "host": platform_url,
-            "login": MODELARTS_ACCESS_KEY,
-            "password": API_KEY,
-            "extra": json.dumps({"region": "cn-north-4", "project_id": "0a1b2c3d4e5f"}),
-        },
-    ]
+    """The connections to the local platform, as ``POST /api/v2/connections`` bodies (one per
+    :data:`~airflow_training_devel.local_fixtures.LOCAL_FIXTURES` entry)."""
+    bodies = []
+    for fixture in LOCAL_FIXTURES.values():
+        conn = fixture.connection(platform_url)
+        if fixture.conn_type == "aws":  # the Test button of an aws connection calls STS here only
+            conn["extra"]["service_config"] = {"sts": {"endpoint_url": platform_url}}
+        if "extra" in conn:
+            conn["extra"] = json.dumps(conn["extra"])
+        bodies.append({"connection_id": fixture.conn_id, **conn})
+    return bodies
 
 
 def import_connections(stack: AirflowStack, bodies: list[dict[str, Any]]) -> None:
@@ -119,20 +82,11 @@ def dev_stack(
     :raises RuntimeError: a component did not become healthy (its log is in the message).
     """
     workdir.mkdir(parents=True, exist_ok=True)
-    options = {
-        "seconds_per_epoch": 1.0,
-        "gpus": 4,
-        "sagemaker_access_key_id": AWS_ACCESS_KEY_ID,  # SigV4 checked: a wrong secret is refused
-        "sagemaker_secret_access_key": API_KEY,
-        "pai_access_key_id": PAI_ACCESS_KEY_ID,  # ACS3 checked: a wrong secret is refused
-        "pai_access_key_secret": API_KEY,
-        "modelarts_access_key": MODELARTS_ACCESS_KEY,  # SDK-HMAC-SHA256 checked: a wrong SK is refused
-        "modelarts_secret_key": API_KEY,
-        **platform_options,
-    }
+    # every key pair's signatures checked: a wrong secret is refused
+    options = server_options(seconds_per_epoch=1.0, gpus=4, **platform_options)
     postgres = PostgresServer().start()
     try:
-        with LocalPlatformServer(str(workdir / "platform"), api_key=API_KEY, **options) as platform:
+        with LocalPlatformServer(str(workdir / "platform"), **options) as platform:
             extra_env = {"TRAINING_MODEL_REGISTRY": str(workdir / "registry"), **(env or {})}
             stack = AirflowStack(
                 workdir / "airflow",

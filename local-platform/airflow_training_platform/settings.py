@@ -15,18 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from airflow_training_platform.engine import EngineConfig
 from airflow_training_platform.platforms import LOCAL_PLATFORMS
+from airflow_training_platform.platforms.base import secret_setting
 
 API_KEY_ENV = "AIRFLOW_TRAINING_PLATFORM_API_KEY"
-SECRET_FIELDS = frozenset(
-    {
-        "api_key",
-        "sagemaker_secret_access_key",
-        "pai_access_key_secret",
-        "modelarts_secret_key",
-        "modelarts_auth_token",
-    }
-)
-"""Settings never shown back (``/_local/settings`` redacts them)."""
 
 
 class CommonSettings(BaseModel):
@@ -44,8 +35,8 @@ class CommonSettings(BaseModel):
     cancel_delay_seconds: float = Field(
         0.0, ge=0, description="test: every cancel sleeps this long before acting (s)"
     )
-    api_key: str | None = Field(
-        None, description=f"required API key (default ${API_KEY_ENV}; unset: any non-empty key)"
+    api_key: str | None = secret_setting(
+        f"required API key (default ${API_KEY_ENV}; unset: any non-empty key)"
     )
     max_log_lines: int = Field(2000, ge=1, description="trainer output lines kept per job")
 
@@ -73,3 +64,11 @@ PlatformSettings: type[CommonSettings] = create_model(  # type: ignore[call-over
     __base__=(*reversed([p.options for p in LOCAL_PLATFORMS if p.options is not None]), CommonSettings),
     __doc__="All settings of the local training platform: common ones and every platform's own.",
 )
+
+SECRET_FIELDS = frozenset(
+    name
+    for name, field in PlatformSettings.model_fields.items()
+    if (field.json_schema_extra or {}).get("secret")
+)
+"""Settings never shown back (``/_local/settings`` redacts them): those declared with
+:func:`~airflow_training_platform.platforms.base.secret_setting`."""

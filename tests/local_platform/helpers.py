@@ -68,7 +68,7 @@ def pid_alive(pid: int) -> bool:
             cmdline = fh.read()
     except OSError:
         return False
-    return state != "Z" and b"local_platform.trainer" in cmdline
+    return state != "Z" and b"airflow_training_platform.trainer" in cmdline
 
 
 def wait_dead(pids: list[int], timeout: float = 10.0) -> list[int]:

@@ -11,15 +11,12 @@ from pathlib import Path
 
 from airflow_training_devel.killpaths.flavors import (
     ALL_FLAVORS,
-    API_KEY,
-    AWS_ACCESS_KEY_ID,
     FLAVORS,
-    MODELARTS_ACCESS_KEY,
-    PAI_ACCESS_KEY_ID,
     secret_cases,
     secret_env,
 )
 from airflow_training_devel.killpaths.scenarios import Platform
+from airflow_training_devel.local_fixtures import server_options
 from airflow_training_devel.postgres import PostgresServer
 from airflow_training_devel.redis import RedisServer
 from airflow_training_devel.stack import AirflowStack
@@ -96,16 +93,9 @@ class KillPathEnv:
             gpus=24,
             seconds_per_epoch=0.5,
             grace_seconds=40,  # K23: a stop writes a slow final checkpoint (up to 2 x 15 s)
-            api_key=API_KEY,
-            sagemaker_access_key_id=AWS_ACCESS_KEY_ID,
-            sagemaker_secret_access_key=API_KEY,
-            sagemaker_stop_grace_seconds=40,
-            pai_access_key_id=PAI_ACCESS_KEY_ID,
-            pai_access_key_secret=API_KEY,
-            pai_stop_grace_seconds=40,
-            modelarts_access_key=MODELARTS_ACCESS_KEY,
-            modelarts_secret_key=API_KEY,
-            modelarts_stop_grace_seconds=40,
+            **server_options(
+                sagemaker_stop_grace_seconds=40, pai_stop_grace_seconds=40, modelarts_stop_grace_seconds=40
+            ),
         )
         server.start()
         dags = root / "dags"

@@ -13,15 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-API_KEY = "kill-path-key"
-"""The API key of the kill-path stack's local platform (the SageMaker secret access key too)."""
-AWS_ACCESS_KEY_ID = "AKIDKILLPATHS"
-"""The access key id the kill-path stack's SageMaker emulation checks signatures for."""
-PAI_ACCESS_KEY_ID = "LTAIKILLPATHS"
-"""The AccessKey id the kill-path stack's PAI emulation checks ACS3 signatures for (secret: API_KEY)."""
-MODELARTS_ACCESS_KEY = "HWKILLPATHSAK"
-"""The AK the kill-path stack's ModelArts emulation checks SDK-HMAC-SHA256 signatures for (SK: API_KEY)."""
-MODELARTS_PROJECT_ID = "kpproject0001"
+from airflow_training_devel.local_fixtures import LOCAL_FIXTURES, LOCAL_SECRET, MODELARTS_PROJECT_ID
+
+API_KEY = LOCAL_SECRET
+"""The secret of every connection of the kill-path stack (no log line may show it)."""
 
 
 def tensorone_spec(
@@ -261,8 +256,8 @@ class Flavor:
         return base + self.suffix
 
     def connection(self, url: str) -> dict:
-        """The Airflow connection (as ``AIRFLOW_CONN_*`` JSON) to the local platform at ``url``."""
-        return {"conn_type": self.name, "host": url, "password": API_KEY}
+        """The Airflow connection to the local platform at ``url`` (its local fixture's)."""
+        return LOCAL_FIXTURES[self.name].connection(url)
 
     def with_name_stem(self, spec: dict, stem: str) -> dict:
         """``spec`` naming its job ``stem`` (at :attr:`name_key`)."""
@@ -287,10 +282,6 @@ class Flavor:
 class AwsJsonFlavor(Flavor):
     """An awsJson platform: one ``POST /``; polls and cancels told apart by ``X-Amz-Target`` and
     the job name in the body."""
-
-    def connection(self, url: str) -> dict:
-        extra = {"region_name": "us-east-1", "endpoint_url": url}
-        return {"conn_type": "aws", "login": AWS_ACCESS_KEY_ID, "password": API_KEY, "extra": extra}
 
     def _rule(self, operation: str, job_id: str | None) -> dict:
         rule = {
@@ -322,16 +313,6 @@ class AwsJsonFlavor(Flavor):
 class PaiFlavor(Flavor):
     """PaiStudio: ACS3-signed ROA calls; a stop is ``PUT …/{id}/stop``."""
 
-    def connection(self, url: str) -> dict:
-        extra = {"region": "cn-hangzhou", "workspace_id": "86995"}
-        return {
-            "conn_type": "pai",
-            "host": url,
-            "login": PAI_ACCESS_KEY_ID,
-            "password": API_KEY,
-            "extra": extra,
-        }
-
     def cancel_rule(self, job_id: str) -> dict:
         return {"method": "PUT", "path_prefix": f"{self.jobs_path}/{job_id}/stop"}
 
@@ -339,16 +320,6 @@ class PaiFlavor(Flavor):
 class ModelArtsFlavor(Flavor):
     """ModelArts: SDK-HMAC-SHA256-signed calls under ``/v2/{project_id}``; a terminate is
     ``POST …/{id}/actions``."""
-
-    def connection(self, url: str) -> dict:
-        extra = {"region": "cn-north-4", "project_id": MODELARTS_PROJECT_ID}
-        return {
-            "conn_type": "modelarts",
-            "host": url,
-            "login": MODELARTS_ACCESS_KEY,
-            "password": API_KEY,
-            "extra": extra,
-        }
 
     def cancel_rule(self, job_id: str) -> dict:
         return {"method": "POST", "path_prefix": f"{self.jobs_path}/{job_id}/actions"}

@@ -13,11 +13,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from airflow_training_platform.engine import TrainingEngine
 from airflow_training_platform.errors import Renderer, install_error_handlers, request_id
 from airflow_training_platform.faults import FaultInjector
+
+
+def secret_setting(description: str) -> Any:
+    """An optional setting that is a secret (a key's secret, a token): declared so, the settings
+    never show it back (``/_local/settings`` redacts it)."""
+    return Field(None, description=description, json_schema_extra={"secret": True})
 
 
 @dataclass(frozen=True)

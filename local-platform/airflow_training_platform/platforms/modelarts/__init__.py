@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from airflow_training_platform.errors import ApiError, request_id
-from airflow_training_platform.platforms.base import AppContext, LocalPlatform, platform_app
+from airflow_training_platform.platforms.base import AppContext, LocalPlatform, platform_app, secret_setting
 from airflow_training_platform.platforms.modelarts.routes import build_router
 from airflow_training_platform.platforms.modelarts.wire import PLATFORM as NAME
 
@@ -26,10 +26,8 @@ class ModelArtsOptions(BaseModel):
     modelarts_access_key: str | None = Field(
         None, description="access key (AK) requests must be signed with (unset: any well-formed signature)"
     )
-    modelarts_secret_key: str | None = Field(None, description="its secret key (SK)")
-    modelarts_auth_token: str | None = Field(
-        None, description="IAM token accepted as X-Auth-Token (unset: any token)"
-    )
+    modelarts_secret_key: str | None = secret_setting("its secret key (SK)")
+    modelarts_auth_token: str | None = secret_setting("IAM token accepted as X-Auth-Token (unset: any token)")
 
 
 _CODES = {

@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from airflow_training_platform.errors import ApiError, request_id
-from airflow_training_platform.platforms.base import AppContext, LocalPlatform, platform_app
+from airflow_training_platform.platforms.base import AppContext, LocalPlatform, platform_app, secret_setting
 from airflow_training_platform.platforms.pai.routes import PATH, build_router
 from airflow_training_platform.platforms.pai.wire import PLATFORM as NAME
 
@@ -21,7 +21,7 @@ class PaiOptions(BaseModel):
     pai_access_key_id: str | None = Field(
         None, description="AccessKey id requests must be signed with (unset: any well-formed signature)"
     )
-    pai_access_key_secret: str | None = Field(None, description="its secret")
+    pai_access_key_secret: str | None = secret_setting("its secret")
 
 
 _CODES = {

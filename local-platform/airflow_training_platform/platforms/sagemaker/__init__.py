@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 
 from airflow_training_platform.errors import ApiError, request_id
-from airflow_training_platform.platforms.base import AppContext, LocalPlatform, platform_app
+from airflow_training_platform.platforms.base import AppContext, LocalPlatform, platform_app, secret_setting
 from airflow_training_platform.platforms.sagemaker.routes import (
     CONTENT_TYPE,
     build_router,
@@ -33,7 +33,7 @@ class SageMakerOptions(BaseModel):
     sagemaker_access_key_id: str | None = Field(
         None, description="access key id requests must be signed with (unset: any well-formed signature)"
     )
-    sagemaker_secret_access_key: str | None = Field(None, description="its secret")
+    sagemaker_secret_access_key: str | None = secret_setting("its secret")
 
 
 def render_error(request: Request, err: ApiError) -> Response:
