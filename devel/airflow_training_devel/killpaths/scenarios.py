@@ -413,12 +413,18 @@ def k13_worker_crash_reattach(stack, platform, flavor: Flavor) -> Outcome:
     dag = flavor.dag("kp_worker_crash_reattach")
     run_id, job = _start_running(stack, platform, dag)
     _kill_worker(stack, dag, run_id)
+    return _retry_reattaches(stack, platform, "K13 worker SIGKILL → retry re-attaches", dag, run_id, job)
+
+
+def _retry_reattaches(stack, platform, case, dag, run_id, job, **notes) -> Outcome:
+    """Try 1 was cut off while ``job`` trained: try 2 runs and re-attaches to it (not just starts:
+    its log says so); the outcome as then, after which the run is failed (its job cancelled)."""
     ti = _wait_try(stack, dag, run_id, 2, {"running"})
-    _wait_log(stack, dag, run_id, 2, "Re-attaching to training job")  # not just started: re-attached
+    _wait_log(stack, dag, run_id, 2, "Re-attaching to training job")
     outcome = _finish(
         stack,
         platform,
-        "K13 worker SIGKILL → retry re-attaches",
+        case,
         dag,
         run_id,
         expect_cancel=False,
@@ -426,6 +432,7 @@ def k13_worker_crash_reattach(stack, platform, flavor: Flavor) -> Outcome:
         try_number=ti["try_number"],
         xcom_job=_xcom(stack, dag, run_id, "job_id"),
         job_state=platform.job(job["job_id"])["state"],
+        **{name: read() for name, read in notes.items()},
     )
     stack.set_ti_state(dag, run_id, "train", "failed")
     platform.wait_job(job["job_id"], {"cancelled"}, timeout=60)
@@ -464,24 +471,15 @@ def k22_worker_shutdown(stack, platform, flavor: Flavor) -> Outcome:
     run_id, job = _start_running(stack, platform, dag)
     pid = int(_xcom(stack, dag, run_id, "pid"))
     os.kill(_parent(pid), signal.SIGTERM)
-    ti = _wait_try(stack, dag, run_id, 2, {"running"})
-    _wait_log(stack, dag, run_id, 2, "Re-attaching to training job")
-    outcome = _finish(
+    return _retry_reattaches(
         stack,
         platform,
         "K22 worker shutdown → the job keeps running, the retry re-attaches",
         dag,
         run_id,
-        expect_cancel=False,
-        job=job,
-        try_number=ti["try_number"],
-        xcom_job=_xcom(stack, dag, run_id, "job_id"),
-        job_state=platform.job(job["job_id"])["state"],
-        log1=stack.task_log(dag, run_id, "train", 1, wait_for=("keeps running",)),
+        job,
+        log1=lambda: stack.task_log(dag, run_id, "train", 1, wait_for=("keeps running",)),
     )
-    stack.set_ti_state(dag, run_id, "train", "failed")
-    platform.wait_job(job["job_id"], {"cancelled"}, timeout=60)
-    return outcome
 
 
 def k23_retry_during_stop(stack, platform, flavor: Flavor) -> Outcome:
