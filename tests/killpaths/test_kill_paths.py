@@ -113,8 +113,9 @@ def test_k5_execution_timeout_while_deferred(outcome):
 def test_k6_defer_timeout_cancels(outcome):
     job = assert_cancelled_once_keeping_checkpoints(outcome)
     assert outcome.ti_state == "failed"
-    # the trigger cancels at the deadline itself (Airflow's own check runs every 15 s, then a worker)
-    assert 0 <= outcome.latency < 10, f"cancel arrived {outcome.latency:.1f} s after defer_timeout ran out"
+    # the trigger cancels at the deadline itself (Airflow's own check runs every 15 s, then a worker);
+    # counted from the trigger's row, written a few ms after the deadline was set: it may be below 0
+    assert -1 < outcome.latency < 10, f"cancel arrived {outcome.latency:.2f} s after defer_timeout ran out"
     if flavor_of(job).cancel_reason:
         assert job["cancel_requests"][0]["reason"] == "Airflow defer_timeout reached"
     assert "defer_timeout reached" in outcome.notes["log"] and "TaskDeferralTimeout" in outcome.notes["log"]
