@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import collections
 import copy
-import json
 import os
 import secrets
 import signal
@@ -49,6 +48,7 @@ from airflow_training_platform.engine.records import (
     JobRecord,
     JobSpec,
 )
+from airflow_training_platform.engine.reports import decode as decode_report
 from airflow_training_platform.engine.scheduler import GpuQueue
 
 
@@ -580,17 +580,14 @@ class TrainingEngine:
         with self._lock:
             job.logs.append(line)
             job.updated_at = time.time()
-            try:
-                msg = json.loads(line)
-            except ValueError:
-                return
-            if not isinstance(msg, dict):
+            report = decode_report(line)
+            if report is None:
                 return
             try:
-                job.apply_report(msg)
+                job.apply_report(report)
             except (KeyError, TypeError, ValueError) as exc:  # must not kill the reader
                 job.add_event("warning", f"unreadable trainer report {exc!r}: {line[:200]}", "warning")
-            if msg.get("type") == "started":
+            if report["type"] == "started":
                 self._on_started(job)
 
     def _on_started(self, job: JobRecord) -> None:
