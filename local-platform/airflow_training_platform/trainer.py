@@ -10,21 +10,11 @@ import, so it is imported once, not once per job.
 
 It trains a real :class:`sklearn.neural_network.MLPClassifier` on a dataset bundled with
 scikit-learn (no downloads), one epoch at a time over seeded, shuffled mini-batches fed to
-``partial_fit``, and reports progress as JSON lines on stdout (one object per line, flushed):
-
-* ``{"type": "started", "pid", "dataset", "n_train", "n_val", "n_classes", "epochs", "start_epoch",
-  "start_step", "steps_per_epoch", "total_steps", "batch_size", "learning_rate", "hidden_units",
-  "seconds_per_epoch", "resumed_from"}``
-* ``{"type": "step", "epoch", "step", "total_steps", "loss"}`` (throttled: the first mini-batch of the run,
-  then at most one line per ``report_interval_seconds``, plus the last mini-batch of each epoch)
-* ``{"type": "epoch", "epoch", "step", "loss", "accuracy", "val_loss", "val_accuracy", "epoch_seconds",
-  "samples_per_second"}``
-* ``{"type": "checkpoint", "checkpoint_id", "path", "epoch", "step", "kind", "size_bytes", "metrics"}``
-  where ``kind`` is ``"automatic"`` (after every epoch, or after the epochs in ``checkpoint_epochs``; id
-  ``ckpt_epoch_<n>``) or ``"final"`` (id ``ckpt_final``)
-* ``{"type": "completed", "epoch", "step", "metrics"}`` then exit 0
-* ``{"type": "stopped", "signal", "epoch", "step", "final_checkpoint_id"}`` then exit 0
-* ``{"type": "error", "message", "exception"}`` then exit 1
+``partial_fit``, and reports progress on stdout, one JSON object per line, flushed: ``started``, ``step``,
+``epoch`` and ``checkpoint`` reports, then ``completed`` or ``stopped`` (exit 0) or ``error`` (exit 1), as
+defined in :mod:`airflow_training_platform.engine.reports`. A checkpoint's ``kind`` is ``"automatic"``
+(after every epoch, or after the epochs in ``checkpoint_epochs``; id ``ckpt_epoch_<n>``) or ``"final"``
+(id ``ckpt_final``).
 
 Config keys (all optional): ``dataset`` (``digits`` default, ``iris``, ``wine``, ``breast_cancer``),
 ``epochs`` (int, default 10), ``batch_size`` (int, default 32), ``learning_rate`` (float, default 0.001; handed
@@ -58,7 +48,21 @@ import os
 import signal
 import sys
 import time
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from airflow_training_platform.engine.reports import (
+    CheckpointReport,
+    CompletedReport,
+    EpochReport,
+    ErrorReport,
+    Metrics,
+    Report,
+    StartedReport,
+    StepReport,
+    StoppedReport,
+    encode,
+)
 
 DATASETS = ("digits", "iris", "wine", "breast_cancer")
 """Dataset names the trainer accepts (all bundled with scikit-learn)."""
@@ -98,16 +102,16 @@ def steps_per_epoch(dataset: str, batch_size: int, validation_fraction: float = 
     return -(-n_train // max(1, int(batch_size)))
 
 
-def emit(obj: dict[str, Any]) -> None:
-    """Print one JSON report line on stdout and flush it."""
-    sys.stdout.write(json.dumps(obj, separators=(",", ":")) + "\n")
+def emit(report: Report) -> None:
+    """Print one report line on stdout and flush it."""
+    sys.stdout.write(encode(report) + "\n")
     sys.stdout.flush()
 
 
 def _on_signal(signum: int, _frame: Any) -> None:
     if not _stop["training"]:  # still starting up (importing, loading data): nothing to save, stop now
         name = signal.Signals(signum).name
-        emit({"type": "stopped", "signal": name, "epoch": 0, "step": 0, "final_checkpoint_id": None})
+        emit(StoppedReport(type="stopped", signal=name, epoch=0, step=0, final_checkpoint_id=None))
         os._exit(0)
     _stop["requested"] = True
     _stop["signal"] = signal.Signals(signum).name
@@ -165,29 +169,90 @@ def _save_checkpoint(ckpt_dir: str, state: dict[str, Any]) -> tuple[str, int]:
     return path, os.path.getsize(path)
 
 
+@dataclass
+class _Training:
+    """One job's training in this process: its settings, its scaled data and model, and how far it got."""
+
+    job_dir: str
+    cfg: dict[str, Any]  # DEFAULTS overlaid with the job's config
+    epochs: int
+    batch_size: int
+    seed: int
+    seconds_per_epoch: float
+    report_interval: float
+    model: Any  # MLPClassifier
+    scaler: Any  # StandardScaler
+    classes: Any
+    X_tr: Any
+    y_tr: Any
+    X_val: Any
+    y_val: Any
+    start_epoch: int
+    step: int  # mini-batches trained over the whole job
+    metrics: Metrics | dict[str, Any] = field(default_factory=dict)  # the last completed epoch's
+    last_report: float | None = None  # time.monotonic() of the last step report
+    completed_epochs: int = field(init=False)
+    steps_per_epoch: int = field(init=False)
+    total_steps: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.completed_epochs = self.start_epoch - 1
+        self.steps_per_epoch = -(-len(self.X_tr) // self.batch_size)
+        self.total_steps = self.steps_per_epoch * self.epochs
+
+
 def train(job_dir: str, config: dict[str, Any]) -> int:
     """Run one training job; report on stdout; return the process exit code (0 ok/stopped, 1 error)."""
     import warnings
 
+    warnings.filterwarnings("ignore")
+    cfg = {**DEFAULTS, **{k: v for k, v in config.items() if v is not None}}
+    training = _prepare(job_dir, cfg)
+    _stop["training"] = True  # from here on a stop signal is handled between mini-batches
+    emit(_started_report(training))
+    checkpoint_epochs = (
+        None if cfg["checkpoint_epochs"] is None else {int(e) for e in cfg["checkpoint_epochs"]}
+    )
+    for epoch in range(training.start_epoch, training.epochs + 1):
+        if _stop["requested"]:
+            break
+        epoch_start = time.monotonic()
+        losses = _train_epoch(training, epoch, epoch_start)
+        if losses is None:
+            break  # stopped mid-epoch
+        _end_epoch(training, epoch, losses, epoch_start)
+        if checkpoint_epochs is None or epoch in checkpoint_epochs:
+            _write_checkpoint(training, f"ckpt_epoch_{epoch}", "automatic")
+    if _stop["requested"]:
+        _stop_training(training)
+    else:
+        emit(
+            CompletedReport(
+                type="completed",
+                epoch=training.completed_epochs,
+                step=training.step,
+                metrics=training.metrics,
+            )
+        )
+    return 0
+
+
+def _prepare(job_dir: str, cfg: dict[str, Any]) -> _Training:
+    """Load and split the data set; resume the model and scaler from ``resume_from`` or make new ones."""
     import numpy as np
-    from sklearn.metrics import log_loss
     from sklearn.model_selection import train_test_split
     from sklearn.neural_network import MLPClassifier
     from sklearn.preprocessing import StandardScaler
 
-    warnings.filterwarnings("ignore")
-    cfg = {**DEFAULTS, **{k: v for k, v in config.items() if v is not None}}
     epochs, batch_size = int(cfg["epochs"]), int(cfg["batch_size"])
     seed, seconds_per_epoch = int(cfg["seed"]), float(cfg["seconds_per_epoch"])
     report_interval = float(cfg["report_interval_seconds"])
-
     X, y = load_dataset(cfg["dataset"])
     if cfg["fail_with"]:
         raise RuntimeError(str(cfg["fail_with"]))
     X_tr, X_val, y_tr, y_val = train_test_split(
         X, y, test_size=float(cfg["validation_fraction"]), random_state=seed, stratify=y
     )
-    classes = np.unique(y)
     start_epoch, step = 1, 0
     if cfg["resume_from"]:
         import joblib
@@ -205,140 +270,161 @@ def train(job_dir: str, config: dict[str, Any]) -> int:
             batch_size=batch_size,
             random_state=seed,
         )
-    X_tr, X_val = scaler.transform(X_tr), scaler.transform(X_val)
-    steps_per_epoch = -(-len(X_tr) // batch_size)
-    total_steps = steps_per_epoch * epochs
-    _stop["training"] = True  # from here on a stop signal is handled between mini-batches
-    emit(
-        {
-            "type": "started",
-            "pid": os.getpid(),
-            "dataset": cfg["dataset"],
-            "n_train": len(X_tr),
-            "n_val": len(X_val),
-            "n_classes": len(classes),
-            "epochs": epochs,
-            "start_epoch": start_epoch,
-            "start_step": step,
-            "steps_per_epoch": steps_per_epoch,
-            "total_steps": total_steps,
-            "batch_size": batch_size,
-            "learning_rate": cfg["learning_rate"],
-            "hidden_units": int(cfg["hidden_units"]),
-            "seconds_per_epoch": seconds_per_epoch,
-            "resumed_from": cfg["resume_from"],
-        }
+    return _Training(
+        job_dir=job_dir,
+        cfg=cfg,
+        epochs=epochs,
+        batch_size=batch_size,
+        seed=seed,
+        seconds_per_epoch=seconds_per_epoch,
+        report_interval=report_interval,
+        model=model,
+        scaler=scaler,
+        classes=np.unique(y),
+        X_tr=scaler.transform(X_tr),
+        y_tr=y_tr,
+        X_val=scaler.transform(X_val),
+        y_val=y_val,
+        start_epoch=start_epoch,
+        step=step,
     )
-    completed_epochs = start_epoch - 1
-    checkpoint_epochs = (
-        None if cfg["checkpoint_epochs"] is None else {int(e) for e in cfg["checkpoint_epochs"]}
+
+
+def _started_report(training: _Training) -> StartedReport:
+    """The ``started`` report of a prepared training."""
+    return StartedReport(
+        type="started",
+        pid=os.getpid(),
+        dataset=training.cfg["dataset"],
+        n_train=len(training.X_tr),
+        n_val=len(training.X_val),
+        n_classes=len(training.classes),
+        epochs=training.epochs,
+        start_epoch=training.start_epoch,
+        start_step=training.step,
+        steps_per_epoch=training.steps_per_epoch,
+        total_steps=training.total_steps,
+        batch_size=training.batch_size,
+        learning_rate=training.cfg["learning_rate"],
+        hidden_units=int(training.cfg["hidden_units"]),
+        seconds_per_epoch=training.seconds_per_epoch,
+        resumed_from=training.cfg["resume_from"],
     )
-    metrics: dict[str, Any] = {}
-    last_report = None
-    for epoch in range(start_epoch, epochs + 1):
+
+
+def _train_epoch(training: _Training, epoch: int, epoch_start: float) -> list[float] | None:
+    """Train one epoch on seeded, shuffled mini-batches, reporting steps and pacing the epoch to
+    ``seconds_per_epoch``; the mini-batch losses, or None if a stop request cut the epoch short."""
+    import numpy as np
+
+    order = np.random.default_rng(training.seed * 100_003 + epoch).permutation(len(training.X_tr))
+    losses: list[float] = []
+    for i in range(training.steps_per_epoch):
         if _stop["requested"]:
-            break
-        epoch_start = time.monotonic()
-        order = np.random.default_rng(seed * 100_003 + epoch).permutation(len(X_tr))
-        batch_losses: list[float] = []
-        for i in range(steps_per_epoch):
-            if _stop["requested"]:
-                break
-            idx = order[i * batch_size : (i + 1) * batch_size]
-            model.batch_size = len(idx)  # one optimizer step per call, no clipping warning
-            model.partial_fit(X_tr[idx], y_tr[idx], classes=classes)
-            step += 1
-            batch_losses.append(float(model.loss_))
-            now = time.monotonic()
-            if last_report is None or now - last_report >= report_interval or i == steps_per_epoch - 1:
-                last_report = now
-                emit(
-                    {
-                        "type": "step",
-                        "epoch": epoch,
-                        "step": step,
-                        "total_steps": total_steps,
-                        "loss": batch_losses[-1],
-                    }
-                )
-            if seconds_per_epoch > 0:
-                _pace(epoch_start + seconds_per_epoch * (i + 1) / steps_per_epoch)
-        if len(batch_losses) < steps_per_epoch:
-            break  # stopped mid-epoch
-        proba_val = model.predict_proba(X_val)
-        epoch_seconds = time.monotonic() - epoch_start
-        metrics = {
-            "loss": float(np.mean(batch_losses)),
-            "accuracy": float(model.score(X_tr, y_tr)),
-            "val_loss": float(log_loss(y_val, proba_val, labels=model.classes_)),
-            "val_accuracy": float(np.mean(model.classes_[proba_val.argmax(axis=1)] == y_val)),
-        }
-        completed_epochs = epoch
-        emit(
-            {
-                "type": "epoch",
-                "epoch": epoch,
-                "step": step,
-                **metrics,
-                "epoch_seconds": epoch_seconds,
-                "samples_per_second": len(X_tr) / epoch_seconds if epoch_seconds > 0 else None,
-            }
-        )
-        if checkpoint_epochs is None or epoch in checkpoint_epochs:
-            _write_and_report(
-                job_dir, model, scaler, classes, cfg, f"ckpt_epoch_{epoch}", "automatic", epoch, step, metrics
-            )
-    if _stop["requested"]:
-        final_id = None
-        if _stop["final_checkpoint"] and step > 0:  # an unfitted model is not worth a checkpoint
-            final_id = "ckpt_final"
-            _write_and_report(
-                job_dir, model, scaler, classes, cfg, final_id, "final", completed_epochs, step, metrics
-            )
-        emit(
-            {
-                "type": "stopped",
-                "signal": _stop["signal"],
-                "epoch": completed_epochs,
-                "step": step,
-                "final_checkpoint_id": final_id,
-            }
-        )
-        return 0
-    emit({"type": "completed", "epoch": completed_epochs, "step": step, "metrics": metrics})
-    return 0
+            return None
+        idx = order[i * training.batch_size : (i + 1) * training.batch_size]
+        training.model.batch_size = len(idx)  # one optimizer step per call, no clipping warning
+        training.model.partial_fit(training.X_tr[idx], training.y_tr[idx], classes=training.classes)
+        training.step += 1
+        losses.append(float(training.model.loss_))
+        _report_step(training, epoch, losses[-1], last_of_epoch=i == training.steps_per_epoch - 1)
+        if training.seconds_per_epoch > 0:
+            _pace(epoch_start + training.seconds_per_epoch * (i + 1) / training.steps_per_epoch)
+    return losses
 
 
-def _write_and_report(job_dir, model, scaler, classes, cfg, ckpt_id, kind, epoch, step, metrics) -> None:
+def _report_step(training: _Training, epoch: int, loss: float, last_of_epoch: bool) -> None:
+    """Report the mini-batch just trained if it is the run's first or the last of its epoch, or if
+    ``report_interval_seconds`` passed since the last report."""
+    now = time.monotonic()
+    if (
+        training.last_report is None
+        or now - training.last_report >= training.report_interval
+        or last_of_epoch
+    ):
+        training.last_report = now
+        emit(
+            StepReport(
+                type="step", epoch=epoch, step=training.step, total_steps=training.total_steps, loss=loss
+            )
+        )
+
+
+def _end_epoch(training: _Training, epoch: int, losses: list[float], epoch_start: float) -> None:
+    """Evaluate the model after a complete epoch, keep its metrics and report the epoch."""
+    import numpy as np
+    from sklearn.metrics import log_loss
+
+    proba_val = training.model.predict_proba(training.X_val)
+    epoch_seconds = time.monotonic() - epoch_start
+    metrics = Metrics(
+        loss=float(np.mean(losses)),
+        accuracy=float(training.model.score(training.X_tr, training.y_tr)),
+        val_loss=float(log_loss(training.y_val, proba_val, labels=training.model.classes_)),
+        val_accuracy=float(np.mean(training.model.classes_[proba_val.argmax(axis=1)] == training.y_val)),
+    )
+    training.metrics = metrics
+    training.completed_epochs = epoch
+    emit(
+        EpochReport(
+            type="epoch",
+            epoch=epoch,
+            step=training.step,
+            **metrics,
+            epoch_seconds=epoch_seconds,
+            samples_per_second=len(training.X_tr) / epoch_seconds if epoch_seconds > 0 else None,
+        )
+    )
+
+
+def _write_checkpoint(training: _Training, ckpt_id: str, kind: Literal["automatic", "final"]) -> None:
+    """Save the model at the last completed epoch and the current step, then report the checkpoint."""
     state = {
-        "model": model,
-        "scaler": scaler,
-        "classes": classes,
-        "dataset": cfg["dataset"],
-        "epoch": epoch,
-        "step": step,
-        "metrics": dict(metrics),
-        "config": {k: v for k, v in cfg.items()},
+        "model": training.model,
+        "scaler": training.scaler,
+        "classes": training.classes,
+        "dataset": training.cfg["dataset"],
+        "epoch": training.completed_epochs,
+        "step": training.step,
+        "metrics": dict(training.metrics),
+        "config": dict(training.cfg),
         "kind": kind,
         "checkpoint_id": ckpt_id,
         "created_at": time.time(),
     }
     started = time.monotonic()
-    path, size = _save_checkpoint(checkpoint_dir(job_dir, cfg), state)
-    slow = float(cfg.get("checkpoint_seconds") or 0.0) - (time.monotonic() - started)
+    path, size = _save_checkpoint(checkpoint_dir(training.job_dir, training.cfg), state)
+    slow = float(training.cfg.get("checkpoint_seconds") or 0.0) - (time.monotonic() - started)
     if slow > 0:  # simulate a big model's slow checkpoint upload; deliberately not cut short by a stop
         time.sleep(slow)
     emit(
-        {
-            "type": "checkpoint",
-            "checkpoint_id": ckpt_id,
-            "path": path,
-            "epoch": epoch,
-            "step": step,
-            "kind": kind,
-            "size_bytes": size,
-            "metrics": dict(metrics),
-        }
+        CheckpointReport(
+            type="checkpoint",
+            checkpoint_id=ckpt_id,
+            path=path,
+            epoch=training.completed_epochs,
+            step=training.step,
+            kind=kind,
+            size_bytes=size,
+            metrics=training.metrics,
+        )
+    )
+
+
+def _stop_training(training: _Training) -> None:
+    """A stop signal ended training: write the final checkpoint if SIGTERM asked for one; report it."""
+    final_id = None
+    if _stop["final_checkpoint"] and training.step > 0:  # an unfitted model is not worth a checkpoint
+        final_id = "ckpt_final"
+        _write_checkpoint(training, final_id, "final")
+    emit(
+        StoppedReport(
+            type="stopped",
+            signal=_stop["signal"],
+            epoch=training.completed_epochs,
+            step=training.step,
+            final_checkpoint_id=final_id,
+        )
     )
 
 
@@ -352,7 +438,7 @@ def run(job_dir: str, config: Any) -> int:
         os.makedirs(job_dir, exist_ok=True)
         return train(job_dir, config)
     except Exception as exc:
-        emit({"type": "error", "message": str(exc) or type(exc).__name__, "exception": type(exc).__name__})
+        emit(ErrorReport(type="error", message=str(exc) or type(exc).__name__, exception=type(exc).__name__))
         return 1
 
 

@@ -1,7 +1,8 @@
 """The local platform's job engine, in parts: :mod:`.records` (jobs and their neutral states),
-:mod:`.scheduler` (GPU slots and the queue), :mod:`.processes` (trainer child processes),
-:mod:`.billing` (cost and budgets), :mod:`.checkpoints` (files, resume, deletion), and
-:mod:`.engine`, the thread-safe facade the platform apps call."""
+:mod:`.reports` (the trainer's reports), :mod:`.scheduler` (GPU slots and the queue),
+:mod:`.processes` (trainer child processes), :mod:`.billing` (cost and budgets),
+:mod:`.checkpoints` (files, resume, deletion), and :mod:`.engine`, the thread-safe facade the
+platform apps call."""
 
 from airflow_training_platform.engine.engine import (
     BudgetExhausted,

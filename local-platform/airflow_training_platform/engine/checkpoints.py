@@ -12,23 +12,24 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from airflow_training_platform.engine.records import JobRecord
+    from airflow_training_platform.engine.reports import CheckpointReport
 
 
 class CheckpointNotFound(LookupError):
     """A resume reference names no checkpoint file."""
 
 
-def add_checkpoint(job: JobRecord, msg: dict[str, Any], now: float) -> None:
-    """Record a trainer ``checkpoint`` report: ``{checkpoint_id, path, epoch, step, kind, size_bytes,
-    metrics}``; a checkpoint written again under the same id replaces the earlier one."""
-    ckpt = {
-        "checkpoint_id": msg["checkpoint_id"],
-        "path": msg["path"],
-        "epoch": msg["epoch"],
-        "step": msg["step"],
-        "kind": msg.get("kind", "automatic"),
-        "size_bytes": msg.get("size_bytes", 0),
-        "metrics": msg.get("metrics") or {},
+def add_checkpoint(job: JobRecord, report: CheckpointReport, now: float) -> None:
+    """Record a trainer ``checkpoint`` report; a checkpoint written again under the same id replaces the
+    earlier one."""
+    ckpt: dict[str, Any] = {
+        "checkpoint_id": report["checkpoint_id"],
+        "path": report["path"],
+        "epoch": report["epoch"],
+        "step": report["step"],
+        "kind": report.get("kind", "automatic"),
+        "size_bytes": report.get("size_bytes", 0),
+        "metrics": report.get("metrics") or {},
         "created_at": now,
     }
     job.checkpoints = [c for c in job.checkpoints if c["checkpoint_id"] != ckpt["checkpoint_id"]]

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import collections
 import copy
-import json
 import os
 import secrets
 import signal
@@ -33,7 +32,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from airflow_training_platform import trainer as trainer_mod
 from airflow_training_platform.engine.billing import Budgets, job_cost
@@ -49,6 +48,7 @@ from airflow_training_platform.engine.records import (
     JobRecord,
     JobSpec,
 )
+from airflow_training_platform.engine.reports import decode as decode_report
 from airflow_training_platform.engine.scheduler import GpuQueue
 
 
@@ -118,6 +118,33 @@ class EngineConfig:
 
 _CANCEL_AT_ONCE = frozenset({"pending", "queued", "finalizing"})
 """States without a trainer process: a cancel ends the job immediately."""
+
+
+@dataclass(frozen=True)
+class CancelRequest:
+    """One request to cancel a job, from a client (:meth:`TrainingEngine.cancel`) or from the platform
+    itself (:meth:`TrainingEngine.platform_cancel`, budgets, run-time limits, ``cancel_on_start``).
+
+    initiator: ``"user"`` or ``"platform"``.
+    received_at: when the request arrived (``time.time()``; a client cancel acts after
+        ``cancel_delay_seconds``).
+    reason: why, as the caller gave it (``None``: no reason given).
+    message: the text of the job's ``cancel_requested`` event.
+    preserve_checkpoints: ``False`` deletes the job's checkpoint files when its trainer exits after the
+        cancel (a final checkpoint asked for with ``create_final_checkpoint`` is kept).
+    create_final_checkpoint: stop the trainer with SIGTERM, which writes ``ckpt_final``; else SIGINT.
+    force: SIGKILL the trainer at once instead of stopping it gracefully.
+    request: the raw request body, recorded verbatim (a copy) in ``cancel_requests``.
+    """
+
+    initiator: Literal["user", "platform"]
+    received_at: float
+    reason: str | None
+    message: str
+    preserve_checkpoints: bool = True
+    create_final_checkpoint: bool = False
+    force: bool = False
+    request: dict[str, Any] | None = None
 
 
 class TrainingEngine:
@@ -262,19 +289,18 @@ class TrainingEngine:
             time.sleep(self.config.cancel_delay_seconds)
         if self.config.fault_hook:
             self.config.fault_hook("cancel", job_id)
+        cancel = CancelRequest(
+            initiator="user",
+            received_at=received_at,
+            reason=reason,
+            message=message or f"Cancel requested: {reason or 'no reason given'}",
+            preserve_checkpoints=preserve_checkpoints,
+            create_final_checkpoint=create_final_checkpoint,
+            force=force,
+            request=request,
+        )
         with self._lock:
-            job = self._find(job_id, platform)
-            return self._cancel_locked(
-                job,
-                received_at,
-                reason,
-                preserve_checkpoints,
-                create_final_checkpoint,
-                force,
-                request,
-                message or f"Cancel requested: {reason or 'no reason given'}",
-                "user",
-            )
+            return self._cancel_locked(self._find(job_id, platform), cancel)
 
     def platform_cancel(
         self,
@@ -363,40 +389,38 @@ class TrainingEngine:
         for event in events:
             event = dict(event)
             job.add_event(event.pop("type"), event.pop("message", ""), event.pop("level", "info"), **event)
-        return self._cancel_locked(
-            job,
-            time.time(),
-            reason,
-            True,
-            create_final_checkpoint,
-            False,
-            None,
-            message or reason,
-            "platform",
+        cancel = CancelRequest(
+            initiator="platform",
+            received_at=time.time(),
+            reason=reason,
+            message=message or reason,
+            create_final_checkpoint=create_final_checkpoint,
         )
+        return self._cancel_locked(job, cancel)
 
-    def _cancel_locked(
-        self,
-        job: JobRecord,
-        received_at: float,
-        reason: str | None,
-        preserve_checkpoints: bool,
-        create_final_checkpoint: bool,
-        force: bool,
-        request: dict[str, Any] | None,
-        message: str,
-        initiator: str,
-    ) -> dict[str, Any]:
+    def _cancel_locked(self, job: JobRecord, cancel: CancelRequest) -> dict[str, Any]:
+        """Act on ``cancel`` (lock held); the job's snapshot right after.
+
+        Records the request in ``job.cancel_requests`` (outcome ``rejected`` or ``accepted``) and, the
+        first time, in ``job.cancel`` (with the estimated savings); a later request updates
+        ``preserve_checkpoints`` and can only turn ``create_final_checkpoint`` and ``force`` on. A job
+        without a trainer process (pending, queued, finalizing) is cancelled at once; a live one is (or
+        stays) ``stopping`` and its trainer gets SIGKILL (``force``), else SIGTERM
+        (``create_final_checkpoint``) or SIGINT, with SIGKILL after the stop grace; :meth:`_on_exit`
+        finishes the job when the trainer exits.
+
+        Raises StateConflict if the job is already terminal.
+        """
         entry = {
-            "received_at": received_at,
+            "received_at": cancel.received_at,
             "acted_at": time.time(),
             "state_at_request": job.state,  # when the cancel acted (after cancel_delay_seconds)
-            "reason": reason,
-            "preserve_checkpoints": preserve_checkpoints,
-            "create_final_checkpoint": create_final_checkpoint,
-            "force": force,
-            "request": copy.deepcopy(request),
-            "initiator": initiator,
+            "reason": cancel.reason,
+            "preserve_checkpoints": cancel.preserve_checkpoints,
+            "create_final_checkpoint": cancel.create_final_checkpoint,
+            "force": cancel.force,
+            "request": copy.deepcopy(cancel.request),
+            "initiator": cancel.initiator,
         }
         job.cancel_requests.append(entry)
         if job.state in TERMINAL_STATES:
@@ -406,20 +430,20 @@ class TrainingEngine:
         if job.cancel is None:
             cost = self._snapshot(job)["cost"]
             job.cancel = {
-                "requested_at": received_at,
-                "reason": reason,
-                "preserve_checkpoints": preserve_checkpoints,
-                "create_final_checkpoint": create_final_checkpoint,
-                "force": force,
-                "initiator": initiator,
+                "requested_at": cancel.received_at,
+                "reason": cancel.reason,
+                "preserve_checkpoints": cancel.preserve_checkpoints,
+                "create_final_checkpoint": cancel.create_final_checkpoint,
+                "force": cancel.force,
+                "initiator": cancel.initiator,
                 "state_at_request": job.state,
                 "estimated_savings_usd": max(0.0, cost["estimated_total_usd"] - cost["current_usd"]),
             }
         else:
-            job.cancel["preserve_checkpoints"] = preserve_checkpoints
-            job.cancel["create_final_checkpoint"] |= create_final_checkpoint
-            job.cancel["force"] |= force
-        job.add_event("cancel_requested", message)
+            job.cancel["preserve_checkpoints"] = cancel.preserve_checkpoints
+            job.cancel["create_final_checkpoint"] |= cancel.create_final_checkpoint
+            job.cancel["force"] |= cancel.force
+        job.add_event("cancel_requested", cancel.message)
         if job.state in _CANCEL_AT_ONCE:
             self._queue.remove(job.job_id)
             was = job.state
@@ -434,10 +458,10 @@ class TrainingEngine:
             return self._snapshot(job)
         if job.state != "stopping":
             job.set_state("stopping")
-        if force:
+        if cancel.force:
             self._signal(job, signal.SIGKILL)
         else:
-            self._signal(job, signal.SIGTERM if create_final_checkpoint else signal.SIGINT)
+            self._signal(job, signal.SIGTERM if cancel.create_final_checkpoint else signal.SIGINT)
             grace = job.spec.stop_grace_seconds
             self._processes.arm_grace(
                 job, self.config.grace_seconds if grace is None else grace, self._grace_expired
@@ -556,17 +580,14 @@ class TrainingEngine:
         with self._lock:
             job.logs.append(line)
             job.updated_at = time.time()
-            try:
-                msg = json.loads(line)
-            except ValueError:
-                return
-            if not isinstance(msg, dict):
+            report = decode_report(line)
+            if report is None:
                 return
             try:
-                job.apply_report(msg)
+                job.apply_report(report)
             except (KeyError, TypeError, ValueError) as exc:  # must not kill the reader
                 job.add_event("warning", f"unreadable trainer report {exc!r}: {line[:200]}", "warning")
-            if msg.get("type") == "started":
+            if report["type"] == "started":
                 self._on_started(job)
 
     def _on_started(self, job: JobRecord) -> None:

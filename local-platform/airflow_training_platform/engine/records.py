@@ -17,6 +17,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_training_platform.engine.checkpoints import add_checkpoint
+from airflow_training_platform.engine.reports import (
+    EpochReport,
+    Report,
+    StartedReport,
+    StepReport,
+    StoppedReport,
+)
 
 JOB_STATES = (
     "pending",
@@ -124,7 +131,7 @@ class JobRecord:
     cancel: dict[str, Any] | None = None
     final_checkpoint_id: str | None = None
     completed_seen: bool = False
-    stopped_seen: dict[str, Any] | None = None
+    stopped_seen: StoppedReport | None = None
     pid: int | None = None
     returncode: int | None = None
     proc: subprocess.Popen | None = None
@@ -160,78 +167,82 @@ class JobRecord:
         self.set_state(state, self.finished_at)
         self.terminal.set()
 
-    def apply_report(self, msg: dict[str, Any]) -> None:
-        """Apply one trainer JSON line (see the trainer module doc). Raises KeyError/TypeError/ValueError on
-        a malformed report."""
-        kind = msg.get("type")
+    def apply_report(self, report: Report) -> None:
+        """Apply one trainer report (:mod:`.reports`) to progress, metrics, checkpoints and events.
+        Raises KeyError/TypeError/ValueError on a malformed report."""
         now = time.time()
-        progress = self.progress
-        if kind in ("step", "epoch") and self.state == "starting":
+        if report["type"] in ("step", "epoch") and self.state == "starting":
             self.running_at = now
             self.set_state("running", now)
             self.add_event("training_start", "Training started")
-        if kind == "started":
-            progress.update(
-                total_epochs=msg["epochs"],
-                steps_per_epoch=msg["steps_per_epoch"],
-                total_steps=msg["total_steps"],
-                start_step=msg["start_step"],
-                step=msg["start_step"],
-                epoch=msg["start_epoch"] - 1,
-                completed_epochs=msg["start_epoch"] - 1,
-                start_epoch=msg["start_epoch"],
-                training_started_at=now,
-            )
-            self.metrics["learning_rate"] = msg.get("learning_rate")
-        elif kind == "step":
-            progress.update(epoch=msg["epoch"], step=msg["step"], total_steps=msg["total_steps"], step_at=now)
-            self.metrics["loss"] = msg["loss"]
-            self.metric_history.append(
-                {
-                    "kind": "train",
-                    "step": msg["step"],
-                    "epoch": msg["epoch"],
-                    "at": now,
-                    "loss": msg["loss"],
-                    "learning_rate": self.metrics.get("learning_rate"),
-                }
-            )
-        elif kind == "epoch":
-            progress.update(epoch=msg["epoch"], completed_epochs=msg["epoch"], step=msg["step"], step_at=now)
-            for key in (
-                "loss",
-                "accuracy",
-                "val_loss",
-                "val_accuracy",
-                "samples_per_second",
-                "epoch_seconds",
-            ):
-                self.metrics[key] = msg.get(key)
-            self.metric_history.append(
-                {
-                    "kind": "eval",
-                    "step": msg["step"],
-                    "epoch": msg["epoch"],
-                    "at": now,
-                    "loss": msg.get("val_loss"),
-                    "accuracy": msg.get("val_accuracy"),
-                }
-            )
-            self.add_event(
-                "epoch_complete",
-                f"Epoch {msg['epoch']} complete: val_accuracy={msg.get('val_accuracy') or 0:.4f}",
-                epoch=msg["epoch"],
-                step=msg["step"],
-            )
-        elif kind == "checkpoint":
-            add_checkpoint(self, msg, now)
-        elif kind == "completed":
+        if report["type"] == "started":
+            self._apply_started(report, now)
+        elif report["type"] == "step":
+            self._apply_step(report, now)
+        elif report["type"] == "epoch":
+            self._apply_epoch(report, now)
+        elif report["type"] == "checkpoint":
+            add_checkpoint(self, report, now)
+        elif report["type"] == "completed":
             self.completed_seen = True
-            self.add_event("training_complete", "Training complete", step=msg.get("step"))
-        elif kind == "stopped":
-            self.stopped_seen = msg
-        elif kind == "error":
-            self.trainer_error = str(msg.get("message") or "trainer error")
+            self.add_event("training_complete", "Training complete", step=report.get("step"))
+        elif report["type"] == "stopped":
+            self.stopped_seen = report
+        elif report["type"] == "error":
+            self.trainer_error = str(report.get("message") or "trainer error")
+
+    def _apply_started(self, report: StartedReport, now: float) -> None:
+        self.progress.update(
+            total_epochs=report["epochs"],
+            steps_per_epoch=report["steps_per_epoch"],
+            total_steps=report["total_steps"],
+            start_step=report["start_step"],
+            step=report["start_step"],
+            epoch=report["start_epoch"] - 1,
+            completed_epochs=report["start_epoch"] - 1,
+            start_epoch=report["start_epoch"],
+            training_started_at=now,
+        )
+        self.metrics["learning_rate"] = report.get("learning_rate")
+
+    def _apply_step(self, report: StepReport, now: float) -> None:
+        self.progress.update(
+            epoch=report["epoch"], step=report["step"], total_steps=report["total_steps"], step_at=now
+        )
+        self.metrics["loss"] = report["loss"]
+        self.metric_history.append(
+            {
+                "kind": "train",
+                "step": report["step"],
+                "epoch": report["epoch"],
+                "at": now,
+                "loss": report["loss"],
+                "learning_rate": self.metrics.get("learning_rate"),
+            }
+        )
+
+    def _apply_epoch(self, report: EpochReport, now: float) -> None:
+        self.progress.update(
+            epoch=report["epoch"], completed_epochs=report["epoch"], step=report["step"], step_at=now
+        )
+        for key in ("loss", "accuracy", "val_loss", "val_accuracy", "samples_per_second", "epoch_seconds"):
+            self.metrics[key] = report.get(key)
+        self.metric_history.append(
+            {
+                "kind": "eval",
+                "step": report["step"],
+                "epoch": report["epoch"],
+                "at": now,
+                "loss": report.get("val_loss"),
+                "accuracy": report.get("val_accuracy"),
+            }
+        )
+        self.add_event(
+            "epoch_complete",
+            f"Epoch {report['epoch']} complete: val_accuracy={report.get('val_accuracy') or 0:.4f}",
+            epoch=report["epoch"],
+            step=report["step"],
+        )
 
     # ------------------------------------------------------------------------- estimates, snapshot
     def remaining_seconds(self, startup_estimate: float, now: float | None = None) -> float:
