@@ -261,7 +261,7 @@ class GuardWatch:
                         f"max_cost_usd: the job has cost ${cost:.4f}"
                         + (
                             f" ({now - self.started_at:.0f} s of training at hourly_cost_usd)"
-                            if priced
+                            if priced and self.started_at is not None
                             else ""
                         )
                         + (f" and spends ${rate * 3600:.4f}/h" if rate else "")
