@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.configuration import conf
@@ -57,6 +57,9 @@ from airflow_training_provider.spec_secrets import (
     secret_values,
 )
 from airflow_training_provider.task_instance_lookup import JOB_ID_XCOM_KEY
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
 
 __all__ = [
     "CancelTrainingJobOperator",
@@ -159,6 +162,7 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
     """
 
     template_fields: Sequence[str] = ("spec", "conn_id", "wandb_conn_id")
+    guards: Guards  # always set here (the mixin's may be None)
     operator_extra_links = (TrainingJobConsoleLink(),)
     template_fields_renderers = {"spec": "json"}
     ui_color = "#fde2c8"
@@ -236,7 +240,7 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
         )
 
     def _do_render_template_fields(
-        self, parent: Any, template_fields: Any, context: Any, jinja_env: Any, seen_oids: set[int]
+        self, parent: Any, template_fields: Any, context: Context, jinja_env: Any, seen_oids: set[int]
     ) -> None:
         """Render as usual, then register the spec's secret values with the secrets masker before
         Airflow stores the rendered fields (it redacts them with the masker): ``***`` in the
@@ -251,7 +255,7 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
             dialect = None
         mask(secret_values(self.spec, dialect))
 
-    def execute(self, context: Any) -> dict[str, Any]:
+    def execute(self, context: Context) -> dict[str, Any]:
         self.job_reference_published = False  # until a job is known (the console link asks)
         deadline = self.deadline_from_now(context)
         self._remember_try(context, deadline)  # before anything that a SIGTERM could interrupt
@@ -335,7 +339,7 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
         except ImportError:  # the OpenLineage provider is optional
             return None
 
-    def remember(self, context: Any, identity: TaskIdentity, job: TrainingJob) -> None:
+    def remember(self, context: Context, identity: TaskIdentity, job: TrainingJob) -> None:
         """Publish the job before waiting: XCom (this try) and the task state store (next tries)."""
         self.job_id = job.id
         ti = context["ti"]
@@ -350,7 +354,7 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
             )
 
     def earlier_try(
-        self, context: Any, identity: TaskIdentity, deadline: float | None = None
+        self, context: Context, identity: TaskIdentity, deadline: float | None = None
     ) -> EarlierTry | None:
         """Look at the job an earlier try of this task instance submitted, if any, and decide what
         this try does about it (:meth:`CancelPolicy.earlier_job`, :func:`resumes_from_earlier_job`).
@@ -476,7 +480,7 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
         self.log.info("The retry resumes from checkpoint %s of job %s", checkpoints[-1].id, job.id)
         return job.id, checkpoints[-1]
 
-    def _previous_job_id(self, context: Any, identity: TaskIdentity) -> str | None:
+    def _previous_job_id(self, context: Context, identity: TaskIdentity) -> str | None:
         store = context.get("task_state_store")
         record = store.get(STATE_STORE_KEY) if store is not None else None
         if isinstance(record, dict) and record.get("job_id"):
@@ -540,7 +544,7 @@ class CancelTrainingJobOperator(BaseOperator):
             confirm_timeout=confirm_timeout,
         )
 
-    def execute(self, context: Any) -> dict[str, Any]:
+    def execute(self, context: Context) -> dict[str, Any]:
         hook = TrainingPlatformHook(self.conn_id)
         policy = self.cancel_policy
         request = policy.request(self.reason, force=self.force)

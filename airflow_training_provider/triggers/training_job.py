@@ -25,6 +25,7 @@ from airflow_training_provider.identity import TaskIdentity
 from airflow_training_provider.lifecycle.guards import Guards
 from airflow_training_provider.lifecycle.operations import NewEvents, Step
 from airflow_training_provider.lifecycle.waiting import (
+    DeadlineKind,
     DeadlineReached,
     Polling,
     poll_phase_delay,
@@ -113,7 +114,7 @@ class TrainingJobTrigger(BaseTrigger):
         job_id: str,
         deadline: float | None = None,
         event_cursor: int = 0,
-        deadline_kind: str = "execution_timeout",
+        deadline_kind: DeadlineKind = "execution_timeout",
         deferred_at: float | None = None,
         dag_id: str | None = None,
         run_id: str | None = None,
