@@ -427,7 +427,7 @@ class JobOperations:
         while True:
             job = yield request
             events = None
-            if streaming:
+            if streaming and cursor is not None:  # (streaming implies a cursor)
                 if self.dialect.capabilities.events_in_job:
                     events = job.events
                 else:  # unreadable: none this poll, the cursor kept (they are reported once readable)
