@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test fast lint clean postgres redis browser ui bench
+.PHONY: demo test fast lint typecheck clean postgres redis browser ui bench
 
 # Three distributions from this repository: the provider (.), the local training platform
 # (local-platform/) and the private development harness with the test tools (devel/).
@@ -33,8 +33,9 @@ browser:
 	@command -v chromium-headless-shell >/dev/null 2>&1 || command -v chromium >/dev/null 2>&1 || \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium-headless-shell >/dev/null)
 
-# Pure logic and in-process runs two at a time (as `make fast`), then the tiers that start servers.
-test: $(STAMP) postgres redis browser
+# The types first (`make typecheck`), then pure logic and in-process runs two at a time (as
+# `make fast`), then the tiers that start servers.
+test: $(STAMP) typecheck postgres redis browser
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 tests/unit tests/inprocess
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15 --ignore=tests/unit --ignore=tests/inprocess
@@ -50,14 +51,19 @@ bench: $(STAMP)
 	$(BIN)/python scripts/bench_triggers.py --sizes 1000,5000,10000 --interval 1,1,30 --window 20 \
 		--plot docs/images/trigger-cpu-per-poll.png
 
-# The fast tier: pure logic and in-process runs against the local platform (under a minute);
+# The fast tier: the types, pure logic and in-process runs against the local platform (about a minute);
 # in-process runs that train for many seconds are marked `slow` and left to `make test`.
-fast: $(STAMP)
+fast: $(STAMP) typecheck
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 -m "not slow" tests/unit tests/inprocess
 
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 
+# The provider package's types (mypy, configured in pyproject.toml; local-platform/ and devel/ not
+# yet): about 15 s, a second or two with its cache.
+typecheck: $(STAMP)
+	$(BIN)/python -m mypy
+
 clean:
-	rm -rf $(VENV) .demo .ui test-artifacts
+	rm -rf $(VENV) .demo .ui test-artifacts .mypy_cache
