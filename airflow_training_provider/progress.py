@@ -3,6 +3,8 @@ and the platform's new events."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+
 from airflow_training_provider.events import write_events
 from airflow_training_provider.lifecycle.operations import NewEvents, Progress, Step
 from airflow_training_provider.models import TrainingJob
@@ -45,12 +47,14 @@ class JobReport:
         self._last_metrics: dict[str, float] | None = None
         self.cursor = cursor
 
-    def __call__(self, step: Step) -> None:
+    def __call__(self, step: Step) -> Awaitable[None] | None:
+        """Report ``step``; what it returns, if anything, the async driver awaits."""
         if isinstance(step, Progress):
             self.progress(step.job)
         elif isinstance(step, NewEvents):
             write_events(self._log, step.events)
             self.cursor = max(self.cursor, step.cursor)
+        return None
 
     def progress(self, job: TrainingJob) -> bool:
         """Log ``job`` if it moved since the last call; return whether it logged."""

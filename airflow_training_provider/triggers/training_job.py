@@ -38,6 +38,7 @@ from airflow_training_provider.task_instance_lookup import (
     set_event_cursor,
     task_instance_state,
 )
+from airflow_training_provider.task_log import TaskLog
 from airflow_training_provider.triggers.heap import start_gc_freezer
 from airflow_training_provider.triggers.shutdown import stopping, watch_stop_signals
 
@@ -62,12 +63,12 @@ class _CursorSavingReport(JobReport):
     lines written after a cancellation do not reach the task log. A poll's progress is written
     synchronously (no coroutine per poll)."""
 
-    def __init__(self, log: Any, cursor: int, save: Callable[[int], Awaitable[None]]) -> None:
+    def __init__(self, log: TaskLog, cursor: int, save: Callable[[int], Awaitable[None]]) -> None:
         super().__init__(log, cursor)
         self._save = save
         self.wrote_events_at = 0.0  # time.monotonic() of the last events written
 
-    def __call__(self, step: Step) -> Awaitable[None] | None:  # type: ignore[override]
+    def __call__(self, step: Step) -> Awaitable[None] | None:
         if isinstance(step, NewEvents) and stopping():
             return None  # the triggerer is stopping: its restart writes them (triggers/shutdown.py)
         super().__call__(step)
