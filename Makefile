@@ -4,12 +4,15 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test fast lint clean postgres redis browser ui bench
+.PHONY: demo test fast lint typecheck clean postgres redis browser ui bench
 
-$(STAMP): pyproject.toml constraints.txt
+# Three distributions from this repository: the provider (.), the local training platform
+# (local-platform/) and the private development harness with the test tools (devel/).
+$(STAMP): pyproject.toml local-platform/pyproject.toml devel/pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip uv
-	$(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python -c constraints.txt -e ".[test]"
+	$(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python -c constraints.txt \
+		-e . -e ./local-platform -e ./devel
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -30,31 +33,37 @@ browser:
 	@command -v chromium-headless-shell >/dev/null 2>&1 || command -v chromium >/dev/null 2>&1 || \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium-headless-shell >/dev/null)
 
-# Pure logic and in-process runs two at a time (as `make fast`), then the tiers that start servers.
-test: $(STAMP) postgres redis browser
+# The types first (`make typecheck`), then pure logic and in-process runs two at a time (as
+# `make fast`), then the tiers that start servers.
+test: $(STAMP) typecheck postgres redis browser
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 tests/unit tests/inprocess
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15 --ignore=tests/unit --ignore=tests/inprocess
 
 # The local platform and Airflow with the example DAGs, for a look at the UI; Ctrl-C stops it all.
 ui: $(STAMP) postgres
-	$(BIN)/python -m airflow_training_provider.testing.devstack --workdir .ui --dags-folder example_dags
+	$(BIN)/python -m airflow_training_devel.devstack --workdir .ui --dags-folder example_dags
 
 # What a waiting job costs the triggerer: the trigger against baselines at 1,000/5,000/10,000 pollers
 # (not part of `make test`; about 20 minutes; writes docs/images/trigger-cpu-per-poll.png).
 bench: $(STAMP)
-	$(BIN)/uv pip install -q --python $(BIN)/python -c constraints.txt -e ".[bench]"
+	$(BIN)/uv pip install -q --python $(BIN)/python -c constraints.txt -e . -e ./local-platform -e "./devel[bench]"
 	$(BIN)/python scripts/bench_triggers.py --sizes 1000,5000,10000 --interval 1,1,30 --window 20 \
 		--plot docs/images/trigger-cpu-per-poll.png
 
-# The fast tier: pure logic and in-process runs against the local platform (under a minute);
+# The fast tier: the types, pure logic and in-process runs against the local platform (about a minute);
 # in-process runs that train for many seconds are marked `slow` and left to `make test`.
-fast: $(STAMP)
+fast: $(STAMP) typecheck
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 -m "not slow" tests/unit tests/inprocess
 
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 
+# The provider package's types (mypy, configured in pyproject.toml; local-platform/ and devel/ not
+# yet): about 15 s, a second or two with its cache.
+typecheck: $(STAMP)
+	$(BIN)/python -m mypy
+
 clean:
-	rm -rf $(VENV) .demo .ui test-artifacts
+	rm -rf $(VENV) .demo .ui test-artifacts .mypy_cache

@@ -19,7 +19,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from airflow_training_provider.models import CancelRequest, JobState
+from airflow_training_provider.models import CancelRequest, JobState, TrainingJob
 
 
 def to_seconds(value: Any) -> Any:
@@ -83,6 +83,22 @@ class TryStart(StrEnum):
     FIRST = "first try"  # try 1: a job found is this same try's, run again (an executor re-queue)
     RETRY = "automatic retry"  # an earlier try failed (or its worker died) and Airflow retries
     CLEARED = "first try after a clear"  # a user cleared the task instance: a fresh run is wanted
+
+
+@dataclass(frozen=True)
+class EarlierTry:
+    """What a starting try decided about the job an earlier try of its task instance submitted.
+
+    :ivar action: what to do (:meth:`CancelPolicy.earlier_job`).
+    :ivar job: the earlier job as last seen.
+    :ivar waited: seconds spent waiting for it to stop before deciding.
+    :ivar resume: the new job starts from its last checkpoint (:func:`resumes_from_earlier_job`).
+    """
+
+    action: EarlierJob
+    job: TrainingJob
+    waited: float = 0.0
+    resume: bool = False
 
 
 class OnWorkerShutdown(StrEnum):
@@ -251,6 +267,20 @@ class CancelPolicy(BaseModel):
         if state.is_terminal:
             return EarlierJob.SUBMIT
         return EarlierJob.CANCEL_THEN_SUBMIT if self.cancel_on_kill else EarlierJob.LEAVE_THEN_SUBMIT
+
+
+def resumes_from_earlier_job(
+    action: EarlierJob, start: TryStart, state: JobState, resume_from_checkpoint: bool
+) -> bool:
+    """Whether the job a retry submits starts from the earlier job's last checkpoint: only an
+    automatic retry (a clear asks for a fresh run), only after a job that failed or was cancelled
+    (a success is adopted, a live job re-attached), and only with ``resume_from_checkpoint``."""
+    return (
+        resume_from_checkpoint
+        and action is EarlierJob.SUBMIT
+        and start is TryStart.RETRY
+        and state in (JobState.FAILED, JobState.CANCELLED)
+    )
 
 
 def reaper_decision(ti_state: str | None, current_job_id: str | None, job_id: str) -> Decision:

@@ -13,12 +13,13 @@ from collections.abc import Iterable
 
 from airflow_training_provider.models import JobEvent, JobState, TrainingJob
 from airflow_training_provider.platforms.base import Dialect
+from airflow_training_provider.task_log import TaskLog
 
 #: levels written at WARNING (each dialect normalizes its platform's spellings to info/warning/error)
 _LOUD_LEVELS = frozenset({"error", "warning"})
 
 
-def write_events(log: logging.Logger | logging.LoggerAdapter, events: Iterable[JobEvent]) -> None:
+def write_events(log: TaskLog, events: Iterable[JobEvent]) -> None:
     """Write ``events`` to ``log``: ``Platform event <time> [<type>] <message>``, errors and
     warnings at WARNING level."""
     for event in events:

@@ -11,7 +11,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
 
 DEPLOYMENT_ENV = "AIRFLOW_TRAINING_DEPLOYMENT"
 _PREFIX = "airflow-"
@@ -20,7 +23,7 @@ _PREFIX = "airflow-"
 REATTACH_LOOKBACK = timedelta(days=30)
 
 
-def earlier_jobs_since(context: Any, now: datetime | None = None) -> datetime:
+def earlier_jobs_since(context: Context, now: datetime | None = None) -> datetime:
     """Since when (UTC) a try's task instance may have jobs: its DAG run's start, or
     :data:`REATTACH_LOOKBACK` before ``now`` if that is earlier (a cleared run starts again, while
     its earlier tries' jobs may still run). For the list call that finds an earlier try's job."""
@@ -51,7 +54,7 @@ class TaskIdentity:
     deployment: str = "default"
 
     @classmethod
-    def from_context(cls, context: Any) -> TaskIdentity:
+    def from_context(cls, context: Context) -> TaskIdentity:
         ti = context["ti"]
         return cls(
             dag_id=ti.dag_id,

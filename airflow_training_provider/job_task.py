@@ -20,11 +20,11 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import cached_property
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar, overload
 
 from airflow.sdk.bases.operator import TRIGGER_FAIL_REPR
 from airflow.sdk.exceptions import (
@@ -43,6 +43,7 @@ from airflow_training_provider.hooks.transport import RetryPolicy
 from airflow_training_provider.identity import TaskIdentity
 from airflow_training_provider.lifecycle.guards import Guards
 from airflow_training_provider.lifecycle.waiting import (
+    DeadlineKind,
     DeadlineReached,
     GuardStopped,
     JobFinished,
@@ -68,7 +69,13 @@ from airflow_training_provider.task_instance_lookup import (
     event_cursor_key,
     task_instance_state,
 )
+from airflow_training_provider.task_log import TaskLog
 from airflow_training_provider.triggers.training_job import TrainingJobTrigger
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+    from airflow.sdk.types import Logger
+    from airflow.triggers.base import BaseTrigger
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -169,7 +176,7 @@ def retry_left(ti: Any) -> bool:
         return False
 
 
-def log_cancel(log: Any, result: CancelResult, job: TrainingJob) -> None:
+def log_cancel(log: TaskLog, result: CancelResult, job: TrainingJob) -> None:
     """Write what a cancel achieved to the task log."""
     if result.already_terminal:
         log.info(
@@ -187,11 +194,40 @@ def log_cancel(log: Any, result: CancelResult, job: TrainingJob) -> None:
     )
 
 
-class TrainingJobTaskMixin:
+class OperatorHost(Protocol):
+    """What :class:`TrainingJobTaskMixin` uses of the operator it is mixed into (a ``BaseOperator``,
+    or a ``BaseSensorOperator``, after the mixin in the bases); for the type checker only."""
+
+    task_id: str
+    execution_timeout: timedelta | None
+
+    @property
+    def log(self) -> Logger: ...
+
+    def defer(
+        self,
+        *,
+        trigger: BaseTrigger,
+        method_name: str,
+        kwargs: dict[str, Any] | None = None,
+        timeout: timedelta | int | float | None = None,
+    ) -> NoReturn: ...
+
+    #: the host's own resume (``BaseOperator``'s, ``BaseSensorOperator``'s): the mixin's calls it
+    resume_execution: Callable[[str, dict[str, Any] | None, Context], Any]
+
+
+if TYPE_CHECKING:
+    _Host = OperatorHost
+else:
+    _Host = object
+
+
+class TrainingJobTaskMixin(_Host):
     """Waiting, deferral and cancellation for an operator that waits on job ``self.job_id``.
 
-    The host sets ``conn_id`` and ``deferrable``, and calls :meth:`_init_job_task` in ``__init__``
-    (which sets ``polling`` and ``cancel_policy``).
+    The host is an operator (:class:`OperatorHost`); it sets ``conn_id`` and ``deferrable``, and
+    calls :meth:`_init_job_task` in ``__init__`` (which sets ``polling`` and ``cancel_policy``).
     """
 
     conn_id: str
@@ -208,7 +244,7 @@ class TrainingJobTaskMixin:
     ) -> None:
         """Check and keep the waiting parameters (``ValueError`` naming a bad one, at DAG parse
         time): ``self.polling`` from the intervals, ``self.cancel_policy`` from the cancel options."""
-        owner = f"{type(self).__name__}({self.task_id})"  # type: ignore[attr-defined]
+        owner = f"{type(self).__name__}({self.task_id})"
         self.polling = parameters(Polling, owner, poll_interval=poll_interval, outage_budget=outage_budget)
         self.cancel_policy = parameters(
             CancelPolicy, owner, CONFIRM_TIMEOUT_PARAMETER, confirm_timeout=confirm_cancel_timeout, **policy
@@ -229,7 +265,7 @@ class TrainingJobTaskMixin:
         return TrainingPlatformHook(self.conn_id)
 
     # -- publishing --------------------------------------------------------------------------------
-    def publish_job(self, context: Any, job: TrainingJob) -> None:
+    def publish_job(self, context: Context | None, job: TrainingJob) -> None:
         """Publish ``job`` for people: the job reference (XCom ``training_job``, which the UI's
         "Training job" view reads) and the console link (its extra link's XCom), right after submit
         and again when the task ends, so both work while the task is deferred."""
@@ -251,7 +287,7 @@ class TrainingJobTaskMixin:
 
     # -- ending ------------------------------------------------------------------------------------
     def conclude(
-        self, outcome: WaitOutcome, context: Any, confirm_until: float | None = None
+        self, outcome: WaitOutcome, context: Context | None, confirm_until: float | None = None
     ) -> dict[str, Any]:
         """End the task from a wait's outcome: the final job on success, else raise why.
 
@@ -275,7 +311,9 @@ class TrainingJobTaskMixin:
             raise LostContactWithPlatform(outcome.message)
         raise AirflowException(outcome.message)
 
-    def _conclude_deadline(self, outcome: DeadlineReached, context: Any, confirm_until: float | None):
+    def _conclude_deadline(
+        self, outcome: DeadlineReached, context: Context | None, confirm_until: float | None
+    ) -> NoReturn:
         """``execution_timeout`` or ``defer_timeout`` passed with the job running: cancel it per the
         policy (confirming the trigger's cancel, or sending it if that one failed), then fail.
 
@@ -284,6 +322,7 @@ class TrainingJobTaskMixin:
         """
         from airflow.sdk.exceptions import TaskDeferralTimeout
 
+        exception: type[BaseException]
         why, exception = GiveUp.EXECUTION_TIMEOUT, AirflowTaskTimeout
         if outcome.kind == "defer_timeout":
             why, exception = GiveUp.DEFER_TIMEOUT, TaskDeferralTimeout
@@ -294,12 +333,12 @@ class TrainingJobTaskMixin:
             raise exception(f"{outcome.kind} reached; {what} was cancelled")
         raise exception(f"{outcome.kind} reached; {decision.reason} ({what})")
 
-    def conclude_guard(self, outcome: GuardStopped, context: Any) -> dict[str, Any]:
+    def conclude_guard(self, outcome: GuardStopped, context: Context | None) -> dict[str, Any]:
         """A guard stopped the job: log and publish which (XCom ``guard_stop``, ``cancel_result``),
         then succeed with the job (its ``guard`` entry naming the checkpoint to keep) or fail."""
         stop, job = outcome.stop, outcome.job
         best = stop.best_checkpoint
-        self.log.warning(  # type: ignore[attr-defined]
+        self.log.warning(
             "Training job %s stopped by a guard — %s; state %s, epoch %s, cost $%s, checkpoint to keep: %s",
             job.id,
             stop.reason,
@@ -319,7 +358,11 @@ class TrainingJobTaskMixin:
         return {**job.model_dump(mode="json"), "guard": stop.model_dump(mode="json")}
 
     def publish_model(
-        self, context: Any, job: TrainingJob, best: Checkpoint | None = None, guard: str | None = None
+        self,
+        context: Context | None,
+        job: TrainingJob,
+        best: Checkpoint | None = None,
+        guard: str | None = None,
     ) -> None:
         """With ``model_alias``, emit the model (``best``, else the job's final checkpoint) as an asset
         event through ``AssetAlias(model_alias)``: a DAG scheduled on the alias runs once per model."""
@@ -336,15 +379,15 @@ class TrainingJobTaskMixin:
         uri = checkpoint_uri(job, checkpoint)
         extra = model_event_extra(job, checkpoint, guard)
         context["outlet_events"][AssetAlias(self.model_alias)].add(Asset(uri=uri), extra=extra)
-        self.log.info("Published model %s (job %s) through asset alias %r", uri, job.id, self.model_alias)  # type: ignore[attr-defined]
+        self.log.info("Published model %s (job %s) through asset alias %r", uri, job.id, self.model_alias)
 
-    def finish_if_ended(self, job: TrainingJob, context: Any = None) -> dict[str, Any] | None:
+    def finish_if_ended(self, job: TrainingJob, context: Context | None = None) -> dict[str, Any] | None:
         """One status check before waiting: a job that already ended ends the task now (no deferral)."""
         if not job.is_terminal:
             return None
         job = self.hook.final_view(job)
         self.publish_job(context, job)
-        self.log.info("Training job %s", describe(job))  # type: ignore[attr-defined]
+        self.log.info("Training job %s", describe(job))
         result = job_outcome(job)
         self.publish_model(context, job)
         return result
@@ -362,7 +405,7 @@ class TrainingJobTaskMixin:
         except Exception as exc:
             decision = self.cancel_policy.decide(GiveUp.START_FAILED)
             if not decision.cancel:
-                self.log.warning(  # type: ignore[attr-defined]
+                self.log.warning(
                     "The task failed before waiting for training job %s (%s); %s — a retry re-attaches",
                     job.id,
                     exc,
@@ -371,16 +414,16 @@ class TrainingJobTaskMixin:
                 raise
             self.log.warning(
                 "The task failed before waiting for training job %s (%s): cancelling it", job.id, exc
-            )  # type: ignore[attr-defined]
+            )
             try:
                 self.cancel_and_report(job.id, GiveUp.START_FAILED.value)
             except TrainingPlatformError as cancel_error:
-                self.log.error("Cancelling training job %s failed: %s", job.id, cancel_error)  # type: ignore[attr-defined]
+                self.log.error("Cancelling training job %s failed: %s", job.id, cancel_error)
             raise
 
     # -- waiting -----------------------------------------------------------------------------------
     def wait_on_worker(
-        self, job: TrainingJob, context: Any = None, deadline: float | None = None
+        self, job: TrainingJob, context: Context | None = None, deadline: float | None = None
     ) -> WaitOutcome:
         """Run the wait here, holding the worker slot; ``on_kill`` wakes it up to stop.
 
@@ -391,32 +434,33 @@ class TrainingJobTaskMixin:
         self._remember_try(context, deadline)
         hook = self.hook
         cursor = 0 if hook.dialect.capabilities.events else None
-        report = JobReport(self.log)  # type: ignore[attr-defined]
+        report = JobReport(self.log)
         report.progress(job)
         ends = self.worker_deadline(deadline)
         guards = self.guards if self.guards is not None and self.guards.any else None
         wait = wait_for_job(hook.ops, job.id, self.polling, self.cancel_policy, ends, cursor, guards=guards)
         try:
-            outcome = hook.drive(wait, report, stop=self._stop)
+            outcome: WaitOutcome | None = hook.drive(wait, report, stop=self._stop)
         except WaitInterrupted:
             outcome = None
         if self._stop.is_set():
             self._after_kill(context)
+        assert outcome is not None  # only the stop interrupts a wait
         return outcome
 
-    def _remember_try(self, context: Any, deadline: float | None) -> None:
+    def _remember_try(self, context: Context | None, deadline: float | None) -> None:
         """What ``on_kill`` needs to tell an interruption from a give-up, read now: it may not call
         Airflow for them from a signal handler."""
         self._deadline = deadline
         ti = context.get("ti") if context else None
-        self._identity = TaskIdentity.from_context(context) if ti is not None else None
+        self._identity = TaskIdentity.from_context(context) if context and ti is not None else None
         self._retry_left = retry_left(ti)
 
-    def _after_kill(self, context: Any) -> None:
+    def _after_kill(self, context: Context | None) -> NoReturn:
         """After ``on_kill`` decided: wait (bounded) for the platform to finish the cancel it asked
         for, then stop; or, when it kept the job (an interruption), stop at once."""
         if self._kill_note is not None:
-            self.log.log(*self._kill_note)  # type: ignore[attr-defined]
+            self.log.log(*self._kill_note)
         result = self._kill_result
         if result is None and self._kill_interrupted:
             raise TrainingJobInterrupted(
@@ -430,6 +474,7 @@ class TrainingJobTaskMixin:
                 "was not cancelled"
             )
         if not result.already_terminal:
+            assert self.job_id is not None  # on_kill cancelled it
             job = self.hook.wait_until(
                 self.job_id,
                 lambda j: j.is_terminal,
@@ -437,14 +482,14 @@ class TrainingJobTaskMixin:
                 self.polling.confirm_interval,
             )
             result = complete_cancel_result(result, job)
-            log_cancel(self.log, result, job)  # type: ignore[attr-defined]
+            log_cancel(self.log, result, job)
             if context is not None:
                 context["ti"].xcom_push(key="cancel_result", value=result.model_dump(mode="json"))
         raise TrainingJobCancelledByAirflow(
             f"Task was killed; {platform_job(platform=self.hook.dialect.name, job_id=self.job_id)} was cancelled"
         )
 
-    def deadline_from_now(self, context: Any = None) -> float | None:
+    def deadline_from_now(self, context: Context | None = None) -> float | None:
         """Absolute UNIX time when ``execution_timeout`` runs out for this try, if one is set:
         counted from the try's ``start_date`` (as Airflow counted it for deferred tasks before 3.x),
         not from when ``execute()`` began, which may be seconds later on a loaded worker (DAG
@@ -458,6 +503,13 @@ class TrainingJobTaskMixin:
             start = min(start, started.timestamp())
         return start + timeout.total_seconds()
 
+    @overload
+    def worker_deadline(self, deadline: float) -> float: ...
+    @overload
+    def worker_deadline(self, deadline: None) -> None: ...
+    @overload
+    def worker_deadline(self, deadline: float | None) -> float | None: ...
+
     def worker_deadline(self, deadline: float | None) -> float | None:
         """When a wait on the worker gives up: :data:`WORKER_DEADLINE_LEAD` seconds (at most a fifth
         of ``execution_timeout``) before ``deadline``, Airflow's own SIGALRM."""
@@ -467,8 +519,12 @@ class TrainingJobTaskMixin:
         return deadline - min(WORKER_DEADLINE_LEAD, timeout.total_seconds() / 5)
 
     def defer_on(
-        self, job: TrainingJob, context: Any, deadline: float | None, deadline_kind: str = "execution_timeout"
-    ) -> None:
+        self,
+        job: TrainingJob,
+        context: Context,
+        deadline: float | None,
+        deadline_kind: DeadlineKind = "execution_timeout",
+    ) -> NoReturn:
         """Defer to :class:`TrainingJobTrigger`; its ``deadline`` enforces ``execution_timeout``
         (3.3.2 does not while deferred) and ``defer_timeout``, whichever comes first, and Airflow's
         own deferral timeout is only a backstop: the scheduler checks it every 15 s
@@ -506,15 +562,15 @@ class TrainingJobTaskMixin:
         )
         # a backstop only: the trigger's own deadline comes first
         timeout = None if deadline is None else max(1.0, deadline - time.time()) + DEFER_TIMEOUT_SLACK
-        self.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)  # type: ignore[attr-defined]
+        self.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)
 
-    def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Resume after the trigger fired: its event is a wait outcome; conclude from it."""
         return self.conclude(parse_outcome(event), context)
 
     # -- giving up ---------------------------------------------------------------------------------
     def cancel_and_report(
-        self, job_id: str, reason: str, context: Any = None, confirm_until: float | None = None
+        self, job_id: str, reason: str, context: Context | None = None, confirm_until: float | None = None
     ) -> CancelResult:
         """Cancel ``job_id`` as the policy asks, wait (bounded: ``confirm_cancel_timeout`` seconds,
         and no later than ``confirm_until``, UNIX seconds) for the platform to confirm, log and
@@ -525,7 +581,7 @@ class TrainingJobTaskMixin:
         result, job = self.hook.cancel_and_confirm(
             job_id, self.cancel_policy.request(reason), timeout, self.polling.confirm_interval
         )
-        log_cancel(self.log, result, job)  # type: ignore[attr-defined]
+        log_cancel(self.log, result, job)
         if context is not None:
             context["ti"].xcom_push(key="cancel_result", value=result.model_dump(mode="json"))
         return result
@@ -616,7 +672,7 @@ class TrainingJobTaskMixin:
         thread.join(ON_KILL_VERIFY_TIMEOUT)
         return ("state" in answer), answer.get("state")
 
-    def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Any):
+    def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
         """On ``__fail__`` (deferral timed out, trigger crashed) cancel the job, if the policy says so,
         then fail naming the platform, the job and what became of it (Airflow's own exception says
         only "Trigger failure"). The job id comes from XCom: ``next_kwargs`` are replaced by the
@@ -626,7 +682,7 @@ class TrainingJobTaskMixin:
         :raises TaskDeferralError: the trigger failed.
         """
         if next_method != TRIGGER_FAIL_REPR:
-            return super().resume_execution(next_method, next_kwargs, context)  # type: ignore[misc]
+            return super().resume_execution(next_method, next_kwargs, context)
         from airflow.sdk.exceptions import TaskDeferralError, TaskDeferralTimeout
 
         next_kwargs = next_kwargs or {}
@@ -634,11 +690,11 @@ class TrainingJobTaskMixin:
         timed_out = raw == "Trigger timeout"  # Airflow's TriggerFailureReason is a str: equal to its value
         error = str(getattr(raw, "value", raw))
         if traceback := next_kwargs.get("traceback"):
-            self.log.error("Trigger failed:\n%s", "\n".join(traceback))  # type: ignore[attr-defined]
+            self.log.error("Trigger failed:\n%s", "\n".join(traceback))
         try:
             job_id = current_job_id(TaskIdentity.from_context(context)) or self.job_id
         except Exception as exc:  # noqa: BLE001 - no XCom access (dag.test, this process's tests)
-            self.log.warning("The job id of this try could not be read (%s)", exc)  # type: ignore[attr-defined]
+            self.log.warning("The job id of this try could not be read (%s)", exc)
             job_id = self.job_id
         fate = "no job was recorded for this try"
         if job_id:
@@ -648,16 +704,16 @@ class TrainingJobTaskMixin:
         exception = TaskDeferralTimeout if timed_out else TaskDeferralError
         raise exception(f"{error} while waiting on {what}: {fate}")
 
-    def _give_up_after_deferral(self, job_id: str, error: str, context: Any) -> str:
+    def _give_up_after_deferral(self, job_id: str, error: str, context: Context) -> str:
         """Cancel ``job_id`` after a failed deferral if the policy says so; what became of it."""
         decision = self.cancel_policy.decide(GiveUp.DEFERRAL_FAILED)
         if not decision.cancel:
             return f"the job was left running ({decision.reason})"
-        self.log.warning("Deferral failed (%s): cancelling training job %s", error, job_id)  # type: ignore[attr-defined]
+        self.log.warning("Deferral failed (%s): cancelling training job %s", error, job_id)
         try:
             result = self.cancel_and_report(job_id, GiveUp.DEFERRAL_FAILED.value, context)
         except TrainingPlatformError as exc:
-            self.log.error("Cancelling training job %s failed: %s", job_id, exc)  # type: ignore[attr-defined]
+            self.log.error("Cancelling training job %s failed: %s", job_id, exc)
             return f"cancelling the job failed ({exc}); it may still be running"
         if result.already_terminal:
             return f"the job had already ended {result.state.value}"

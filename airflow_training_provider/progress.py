@@ -3,11 +3,12 @@ and the platform's new events."""
 
 from __future__ import annotations
 
-import logging
+from collections.abc import Awaitable
 
 from airflow_training_provider.events import write_events
 from airflow_training_provider.lifecycle.operations import NewEvents, Progress, Step
 from airflow_training_provider.models import TrainingJob
+from airflow_training_provider.task_log import TaskLog
 
 _SHOWN_METRICS = ("loss", "accuracy", "validation_loss", "validation_accuracy")
 
@@ -40,18 +41,20 @@ class JobReport:
     Call it with every :class:`Progress` / :class:`NewEvents` step; ``cursor`` is the number of
     events written so far."""
 
-    def __init__(self, log: logging.Logger | logging.LoggerAdapter, cursor: int = 0) -> None:
+    def __init__(self, log: TaskLog, cursor: int = 0) -> None:
         self._log = log
         self._last: tuple | None = None
         self._last_metrics: dict[str, float] | None = None
         self.cursor = cursor
 
-    def __call__(self, step: Step) -> None:
+    def __call__(self, step: Step) -> Awaitable[None] | None:
+        """Report ``step``; what it returns, if anything, the async driver awaits."""
         if isinstance(step, Progress):
             self.progress(step.job)
         elif isinstance(step, NewEvents):
             write_events(self._log, step.events)
             self.cursor = max(self.cursor, step.cursor)
+        return None
 
     def progress(self, job: TrainingJob) -> bool:
         """Log ``job`` if it moved since the last call; return whether it logged."""

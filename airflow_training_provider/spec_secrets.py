@@ -30,7 +30,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
@@ -178,7 +178,7 @@ def resolve_references(
                 if ref.conn_id is not None:
                     value = read_connection(ref.conn_id, ref.field)
                 else:
-                    value = read_variable(ref.variable)
+                    value = read_variable(cast(str, ref.variable))  # the one source left
             except Exception as exc:
                 if not _is_not_found(exc):
                     raise  # a secrets backend that failed: let the task retry

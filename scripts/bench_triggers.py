@@ -339,7 +339,7 @@ def main() -> int:
     if args.one is not None:
         variant, size, interval, window, url = args.one
         return _one(variant, int(size), float(interval), float(window), url, args.asyncio_debug)
-    from airflow_training_provider.local_platform.server import free_port
+    from airflow_training_platform.server import free_port
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"

@@ -17,8 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-from airflow_training_provider.local_platform.control import LocalPlatformControl
-from airflow_training_provider.local_platform.server import LocalPlatformServer
+from airflow_training_platform.control import LocalPlatformControl
+from airflow_training_platform.server import LocalPlatformServer
 
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / ".demo"

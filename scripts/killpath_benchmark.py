@@ -18,8 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from airflow_training_provider.testing.killpaths import KillPathEnv, pairs, run_scenarios
-from airflow_training_provider.testing.killpaths.flavors import ALL_FLAVORS
+from airflow_training_devel.killpaths import KillPathEnv, pairs, run_scenarios
+from airflow_training_devel.killpaths.flavors import ALL_FLAVORS
 
 
 def main() -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_training_provider.lifecycle.operations import JobOperations, Operation
 from airflow_training_provider.models import CancelRequest, JobEvent, TrainingJob
@@ -23,7 +23,10 @@ class JobApi:
     ``JobStateConflictError``, ``PlatformAuthError``).
     """
 
-    ops: JobOperations
+    if TYPE_CHECKING:  # the host's: an attribute or a cached property
+
+        @property
+        def ops(self) -> JobOperations: ...
 
     def drive(self, operation: Operation[Any], report: Callable[[Any], Any] | None = None) -> Any:
         raise NotImplementedError

@@ -71,7 +71,8 @@ class TrainingPlatformHook(JobApi, HttpHook):
         """The connection, read once (:class:`PlatformConnection`)."""
         return PlatformConnection.resolve(super().get_connection(self.conn_id))
 
-    def get_connection(self, conn_id: str) -> Any:
+    # an instance method where BaseHook has a classmethod: the HTTP provider asks the hook itself
+    def get_connection(self, conn_id: str) -> Any:  # type: ignore[override]
         """For the HTTP provider's session set-up: our connection without its credentials."""
         if conn_id == self.conn_id:
             return self.platform_connection.transport_connection()
@@ -183,7 +184,7 @@ class TrainingPlatformHook(JobApi, HttpHook):
                 f"connection error: {exc.__class__.__name__}", sent=not refused
             ) from exc
         except requests.exceptions.Timeout as exc:
-            raise TransientPlatformError(f"timed out after {self.retry_policy.call_timeout} s") from exc
+            raise TransientPlatformError(f"timed out after {self.retry_policy.call_timeout:.1f} s") from exc
         return decode_response(conn.dialect, request, response.status_code, response.headers, response.text)
 
 

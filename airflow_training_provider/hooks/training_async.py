@@ -102,7 +102,8 @@ class AsyncTrainingPlatformHook(HttpAsyncHook):
         self.retry_policy = retry_policy or RetryPolicy()
         self._platform_connection: PlatformConnection | None = None
 
-    async def aget_connection(self, conn_id: str) -> Any:
+    # an instance method where BaseHook has a classmethod: the HTTP provider asks the hook itself
+    async def aget_connection(self, conn_id: str) -> Any:  # type: ignore[override]
         """For the HTTP provider's session set-up: our connection without its credentials."""
         if conn_id == self.conn_id and self._platform_connection is not None:
             return self._platform_connection.transport_connection()
@@ -123,9 +124,10 @@ class AsyncTrainingPlatformHook(HttpAsyncHook):
         config = await self.config()  # headers and options from the extras, via aget_connection above
         timeout = aiohttp.ClientTimeout(total=self.retry_policy.call_timeout)
         options: dict[str, Any] = {}
-        if config.extra_options.get("proxy"):
-            options["proxy"] = config.extra_options["proxy"]
-        if config.extra_options.get("verify_ssl") is False:
+        extra_options = config.extra_options or {}
+        if extra_options.get("proxy"):
+            options["proxy"] = extra_options["proxy"]
+        if extra_options.get("verify_ssl") is False:
             options["ssl"] = False
         headers = dict(config.headers or {})
         platform = self._platform_connection
@@ -177,6 +179,8 @@ class _OpenClient:
 class AsyncTrainingPlatformClient(JobApi):
     """The job API over one open ``aiohttp`` session (its methods return awaitables); made by
     :meth:`AsyncTrainingPlatformHook.client`."""
+
+    ops: JobOperations
 
     def __init__(
         self,

@@ -246,10 +246,11 @@ class GuardWatch:
             )
         cost = job.cost.total_usd
         priced = self._priced_by_time
+        hourly = guards.hourly_cost_usd or 0.0  # set when priced
         if priced and self.started_at is not None:  # training time at the user's hourly price
-            cost = (now - self.started_at) * guards.hourly_cost_usd / 3600
+            cost = (now - self.started_at) * hourly / 3600
         if guards.max_cost_usd and cost is not None:
-            rate = guards.hourly_cost_usd / 3600 if priced else None
+            rate = hourly / 3600 if priced else None
             if rate is None and self._cost_sample is not None and now > self._cost_sample[0]:
                 rate = max(0.0, (cost - self._cost_sample[1]) / (now - self._cost_sample[0]))
             self._cost_sample = (now, cost)
@@ -261,7 +262,7 @@ class GuardWatch:
                         f"max_cost_usd: the job has cost ${cost:.4f}"
                         + (
                             f" ({now - self.started_at:.0f} s of training at hourly_cost_usd)"
-                            if priced
+                            if priced and self.started_at is not None
                             else ""
                         )
                         + (f" and spends ${rate * 3600:.4f}/h" if rate else "")

@@ -45,6 +45,7 @@ from airflow_training_provider.models import (
     no_cancel_needed,
 )
 from airflow_training_provider.platforms.base import ApiRequest, Dialect, parse_answer
+from airflow_training_provider.task_log import TaskLog
 
 if TYPE_CHECKING:
     from airflow_training_provider.lifecycle.guards import GuardStop, GuardWatch
@@ -188,7 +189,7 @@ class JobOperations:
         self._unreadable: set[tuple[str, str]] = set()  # (job id, kind) warned about
         #: where the operations' own warnings go; a trigger points it at its task's log (the
         #: triggerer writes only the trigger's own logger into the task log)
-        self.log: logging.Logger | logging.LoggerAdapter = log
+        self.log: TaskLog = log
         self.warned_at = 0.0  # time.monotonic() of its last warning (a trigger lets it reach the log)
 
     def _optional(self, kind: Auxiliary, job_id: str, read: _Read[T] | None) -> Operation[T | None]:
@@ -437,7 +438,7 @@ class JobOperations:
         while True:
             job = yield request
             events = None
-            if streaming:
+            if streaming and cursor is not None:  # (streaming implies a cursor)
                 if self.dialect.capabilities.events_in_job:
                     events = job.events
                 else:  # unreadable: none this poll, the cursor kept (they are reported once readable)

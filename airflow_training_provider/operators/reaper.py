@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
@@ -21,6 +21,9 @@ from airflow_training_provider.identity import TaskIdentity, deployment_name
 from airflow_training_provider.job_task import CONFIRM_TIMEOUT_PARAMETER, log_cancel, parameters
 from airflow_training_provider.models import TrainingJob
 from airflow_training_provider.task_instance_lookup import current_job_id, task_instance_state
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
 
 #: how far back the reaper looks by default on platforms that list only recent jobs unless told (PAI)
 DEFAULT_LOOKBACK = timedelta(days=30)
@@ -65,6 +68,8 @@ class ReapOrphanedTrainingJobsOperator(BaseOperator):
     """
 
     template_fields: Sequence[str] = ("conn_id", "deployment")
+    # the parameter shadows BaseOperator.dry_run(), a method nothing in Airflow 3 calls
+    dry_run: bool  # type: ignore[assignment]
 
     def __init__(
         self,
@@ -96,7 +101,7 @@ class ReapOrphanedTrainingJobsOperator(BaseOperator):
             confirm_timeout=confirm_cancel_timeout,
         )
 
-    def execute(self, context: Any) -> list[dict[str, Any]]:
+    def execute(self, context: Context) -> list[dict[str, Any]]:
         hook = TrainingPlatformHook(self.conn_id)
         deployment = self.deployment or deployment_name()
         now = datetime.now(UTC)

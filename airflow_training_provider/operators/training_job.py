@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.configuration import conf
@@ -21,9 +21,10 @@ from pydantic import BaseModel
 from airflow_training_provider.cancellation import (
     CancelPolicy,
     EarlierJob,
+    EarlierTry,
     GiveUp,
     Seconds,
-    TryStart,
+    resumes_from_earlier_job,
     try_start,
 )
 from airflow_training_provider.errors import InvalidJobSpecError, JobNotFoundError, TrainingPlatformError
@@ -46,7 +47,7 @@ from airflow_training_provider.job_task import (
 from airflow_training_provider.lifecycle.guards import Guards, for_platform, unsupported
 from airflow_training_provider.lifecycle.operations import is_stopping_or_terminal, is_terminal
 from airflow_training_provider.links import TrainingJobConsoleLink
-from airflow_training_provider.models import Checkpoint, JobState, TrainingJob
+from airflow_training_provider.models import Checkpoint, TrainingJob
 from airflow_training_provider.spec_secrets import (
     SecretNotFoundError,
     find_references,
@@ -56,6 +57,9 @@ from airflow_training_provider.spec_secrets import (
     secret_values,
 )
 from airflow_training_provider.task_instance_lookup import JOB_ID_XCOM_KEY
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
 
 __all__ = [
     "CancelTrainingJobOperator",
@@ -158,6 +162,7 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
     """
 
     template_fields: Sequence[str] = ("spec", "conn_id", "wandb_conn_id")
+    guards: Guards  # always set here (the mixin's may be None)
     operator_extra_links = (TrainingJobConsoleLink(),)
     template_fields_renderers = {"spec": "json"}
     ui_color = "#fde2c8"
@@ -223,7 +228,6 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
             if defer_timeout is None
             else parameters(_Timeout, owner, defer_timeout=defer_timeout).defer_timeout
         )
-        self._resume_from: tuple[str, Checkpoint] | None = None
         self.guards = parameters(
             Guards,
             owner,
@@ -236,7 +240,7 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
         )
 
     def _do_render_template_fields(
-        self, parent: Any, template_fields: Any, context: Any, jinja_env: Any, seen_oids: set[int]
+        self, parent: Any, template_fields: Any, context: Context, jinja_env: Any, seen_oids: set[int]
     ) -> None:
         """Render as usual, then register the spec's secret values with the secrets masker before
         Airflow stores the rendered fields (it redacts them with the masker): ``***`` in the
@@ -251,7 +255,7 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
             dialect = None
         mask(secret_values(self.spec, dialect))
 
-    def execute(self, context: Any) -> dict[str, Any]:
+    def execute(self, context: Context) -> dict[str, Any]:
         self.job_reference_published = False  # until a job is known (the console link asks)
         deadline = self.deadline_from_now(context)
         self._remember_try(context, deadline)  # before anything that a SIGTERM could interrupt
@@ -268,10 +272,11 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
             raise AirflowFailException(f"Parameter {refused[0]!r}: {refused[1]} (nothing was submitted)")
         self.guards = for_platform(self.guards, hook.dialect.capabilities)
         identity = TaskIdentity.from_context(context)
-        job = self.previous_job_to_resume(context, identity, deadline)
+        earlier = self.earlier_try(context, identity, deadline)
+        job, resume_from = self.act_on_earlier_try(earlier) if earlier is not None else (None, None)
         if job is None:
-            if self._resume_from is not None:
-                spec = hook.dialect.resume_spec(spec, *self._resume_from) or spec
+            if resume_from is not None:
+                spec = hook.dialect.resume_spec(spec, *resume_from) or spec
             tags = identity.tags()
             job = hook.create_job(hook.dialect.with_tags(spec, tags), tags)
             console = f" ({job.console_url})" if job.console_url else ""  # none on a local endpoint
@@ -334,7 +339,7 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
         except ImportError:  # the OpenLineage provider is optional
             return None
 
-    def remember(self, context: Any, identity: TaskIdentity, job: TrainingJob) -> None:
+    def remember(self, context: Context, identity: TaskIdentity, job: TrainingJob) -> None:
         """Publish the job before waiting: XCom (this try) and the task state store (next tries)."""
         self.job_id = job.id
         ti = context["ti"]
@@ -348,17 +353,20 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
                 {"job_id": job.id, "try_number": identity.try_number, "platform": self.hook.dialect.name},
             )
 
-    def previous_job_to_resume(
-        self, context: Any, identity: TaskIdentity, deadline: float | None = None
-    ) -> TrainingJob | None:
-        """The earlier try's job to wait on (re-attach) or to take the result of (adopt), if any;
-        otherwise ``None`` after dealing with it as the cancel policy says
-        (:meth:`CancelPolicy.earlier_job`).
+    def earlier_try(
+        self, context: Context, identity: TaskIdentity, deadline: float | None = None
+    ) -> EarlierTry | None:
+        """Look at the job an earlier try of this task instance submitted, if any, and decide what
+        this try does about it (:meth:`CancelPolicy.earlier_job`, :func:`resumes_from_earlier_job`).
+        Nothing is changed on the platform here: the waits only observe.
 
-        A job that is stopping is never adopted: the try waits (``confirm_cancel_timeout`` seconds
-        at most, and no later than ``deadline``) for the stop to end, then decides again.
+        * after a clear, a live job is given ``clear_grace`` seconds to be cancelled by the old try's
+          own trigger (one cancel, not two) before deciding again;
+        * a job that is stopping is never adopted: the try waits (``confirm_cancel_timeout``
+          seconds at most, and no later than ``deadline``) for the stop to end, then decides again.
 
-        :raises TrainingJobStillStopping: the earlier job was still stopping after that wait."""
+        :returns: ``None`` when no earlier job is recorded or it is gone from the platform.
+        """
         previous_id = self._previous_job_id(context, identity)
         if previous_id is None:
             if identity.try_number > 1:
@@ -385,21 +393,32 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
             job = self._await_stop(job, deadline)
             waited = time.monotonic() - since
             action = self.cancel_policy.earlier_job(job.state, start, stop_awaited=True)
+        resume = resumes_from_earlier_job(action, start, job.state, self.resume_from_checkpoint)
+        return EarlierTry(action=action, job=job, waited=waited, resume=resume)
+
+    def act_on_earlier_try(
+        self, earlier: EarlierTry
+    ) -> tuple[TrainingJob | None, tuple[str, Checkpoint] | None]:
+        """Do what :meth:`earlier_try` decided.
+
+        :returns: ``(job to wait on, resume point)``: the earlier job when this try re-attaches to it
+            or adopts its result (then no resume point), else ``None`` and, for a retry that resumes,
+            ``(job id, its last checkpoint)`` for the new job's spec.
+        :raises TrainingJobStillStopping: the earlier job is still stopping after the wait, or a
+            clear's cancel of it was not confirmed: nothing is submitted beside it.
+        """
+        action, job = earlier.action, earlier.job
         if action is EarlierJob.STILL_STOPPING:
             raise TrainingJobStillStopping(
-                f"{platform_job(job)} of an earlier try is still stopping after {waited:.0f} s of waiting: "
-                "this try neither adopts it nor submits a new job beside it (a retry looks again)"
+                f"{platform_job(job)} of an earlier try is still stopping after {earlier.waited:.0f} s of "
+                "waiting: this try neither adopts it nor submits a new job beside it (a retry looks again)"
             )
         if action is EarlierJob.REATTACH:
             self.log.info("Re-attaching to training job %s of an earlier try (%s)", job.id, job.state.value)
-            return job
+            return job, None
         if action is EarlierJob.ADOPT:
             self.log.info("Training job %s of an earlier try already succeeded: adopting it", job.id)
-            return job
-        if action is EarlierJob.SUBMIT:
-            self.log.info(
-                "Training job %s of an earlier try ended %s: submitting a new one", job.id, job.state.value
-            )
+            return job, None
         if action is EarlierJob.CANCEL_THEN_SUBMIT:
             self.log.warning("Task was cleared: cancelling training job %s of an earlier try first", job.id)
             if not self.cancel_and_report(job.id, GiveUp.CLEARED.value).state.is_terminal:
@@ -413,13 +432,11 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
                 "Task was cleared: training job %s of an earlier try keeps running (cancel_on_kill is off)",
                 job.id,
             )
-        elif (
-            start is TryStart.RETRY
-            and self.resume_from_checkpoint
-            and job.state in (JobState.FAILED, JobState.CANCELLED)
-        ):
-            self._remember_resume_point(job)
-        return None
+        else:
+            self.log.info(
+                "Training job %s of an earlier try ended %s: submitting a new one", job.id, job.state.value
+            )
+        return None, self._resume_point(job) if earlier.resume else None
 
     def _await_cancel_by_old_trigger(self, job: TrainingJob) -> TrainingJob:
         """After a clear the old try's trigger cancels its job a few seconds later (its ``on_kill``).
@@ -455,14 +472,15 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
             self.log.info("Training job %s of the earlier try ended %s", job.id, job.state.value)
         return job
 
-    def _remember_resume_point(self, job: TrainingJob) -> None:
-        """A retry after a failed/cancelled job starts from that job's last saved checkpoint."""
+    def _resume_point(self, job: TrainingJob) -> tuple[str, Checkpoint] | None:
+        """``(job id, its last saved checkpoint)``, if it saved one."""
         checkpoints = job.checkpoints or self.hook.list_checkpoints(job.id)
-        if checkpoints:
-            self._resume_from = (job.id, checkpoints[-1])
-            self.log.info("The retry resumes from checkpoint %s of job %s", checkpoints[-1].id, job.id)
+        if not checkpoints:
+            return None
+        self.log.info("The retry resumes from checkpoint %s of job %s", checkpoints[-1].id, job.id)
+        return job.id, checkpoints[-1]
 
-    def _previous_job_id(self, context: Any, identity: TaskIdentity) -> str | None:
+    def _previous_job_id(self, context: Context, identity: TaskIdentity) -> str | None:
         store = context.get("task_state_store")
         record = store.get(STATE_STORE_KEY) if store is not None else None
         if isinstance(record, dict) and record.get("job_id"):
@@ -526,7 +544,7 @@ class CancelTrainingJobOperator(BaseOperator):
             confirm_timeout=confirm_timeout,
         )
 
-    def execute(self, context: Any) -> dict[str, Any]:
+    def execute(self, context: Context) -> dict[str, Any]:
         hook = TrainingPlatformHook(self.conn_id)
         policy = self.cancel_policy
         request = policy.request(self.reason, force=self.force)

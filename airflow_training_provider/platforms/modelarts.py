@@ -26,7 +26,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 from urllib.parse import parse_qsl, urlsplit
 
 from pydantic import Field, field_validator
@@ -554,7 +554,7 @@ class ModelArtsDialect(Dialect):
         a terminate refused for the job's phase is a state conflict."""
         code, message, request_id = self.error_fields(body)
         message = message or text[:500] or f"HTTP {status}"
-        kw = {"status": status, "code": code, "request_id": request_id}
+        kw: dict[str, Any] = {"status": status, "code": code, "request_id": request_id}
         if status == 429 or _THROTTLED_CODES.search(code or ""):
             return TransientPlatformError(message, retry_after=retry_after_seconds(headers), sent=False, **kw)
         if status >= 500:
@@ -630,7 +630,7 @@ class ModelArtsPlatformDescriptor(PlatformDescriptor):
         reserved = {k for key in self.extra_keys for k in (key, f"extra__{self.conn_type}__{key}")}
         extra = {k: v for k, v in (conn.extra_dejson or {}).items() if k not in reserved}
         host = base_url_of(conn.host, conn.schema, conn.port, endpoint_of(region))
-        return ConnectionParts(credentials, project_root(host, credentials.project), extra)
+        return ConnectionParts(credentials, project_root(host, cast(str, credentials.project)), extra)
 
     def default_url(self, credentials: Credentials) -> str:
         return project_root(endpoint_of(credentials.region or DEFAULT_REGION), credentials.project or "")

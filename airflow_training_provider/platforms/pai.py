@@ -596,7 +596,7 @@ class PaiDialect(Dialect):
         the job's status a state conflict."""
         code, message, request_id = self.error_fields(body)
         message = message or text[:500] or f"HTTP {status}"
-        kw = {"status": status, "code": code, "request_id": request_id}
+        kw: dict[str, Any] = {"status": status, "code": code, "request_id": request_id}
         retry_after = _retry_after(headers)
         if retry_after is not None or status == 429 or (code or "").startswith("Throttling"):
             return TransientPlatformError(message, retry_after=retry_after, sent=False, **kw)

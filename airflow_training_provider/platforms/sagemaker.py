@@ -519,7 +519,7 @@ class SageMakerDialect(Dialect):
         code, message = _error_code(body)
         message = message or text[:500] or f"HTTP {status}"
         request_id = headers.get("x-amzn-RequestId") or headers.get("x-amzn-requestid")
-        kw = {"status": status, "code": code, "request_id": request_id}
+        kw: dict[str, Any] = {"status": status, "code": code, "request_id": request_id}
         if code in _THROTTLING or status == 429:
             return TransientPlatformError(message, retry_after=retry_after_seconds(headers), sent=False, **kw)
         if code in _UNAVAILABLE or status >= 500:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from pydantic import Field, PositiveInt, field_validator, model_validator
 
@@ -527,7 +527,7 @@ class TogetherDialect(Dialect):
         jobs = self.listed_jobs(rows)
         jobs = [j for j in jobs if j.tags]
         if all(j.created_at is not None for j in jobs):
-            jobs.sort(key=lambda j: j.created_at)
+            jobs.sort(key=lambda j: cast(datetime, j.created_at))
         return jobs
 
     def error_fields(self, body: Any) -> tuple[str | None, str | None, str | None]:

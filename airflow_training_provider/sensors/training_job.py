@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.configuration import conf
@@ -22,6 +22,11 @@ from airflow_training_provider.job_task import (
 )
 from airflow_training_provider.links import TrainingJobConsoleLink
 from airflow_training_provider.progress import JobReport
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from airflow_training_provider.lifecycle.waiting import DeadlineKind
 
 #: what ``soft_fail`` turns into a skip: the sensor's own timeouts, as in poke mode.
 _SOFT_FAIL_CAUSES = (AirflowSensorTimeout, AirflowTaskTimeout, TaskDeferralTimeout)
@@ -50,6 +55,7 @@ class TrainingJobSensor(TrainingJobTaskMixin, BaseSensorOperator):
     """
 
     template_fields: Sequence[str] = ("job_id", "conn_id")
+    job_id: str  # given (the mixin's may be None)
     operator_extra_links = (TrainingJobConsoleLink(),)
 
     def __init__(
@@ -81,7 +87,7 @@ class TrainingJobSensor(TrainingJobTaskMixin, BaseSensorOperator):
         )
         self._report: JobReport | None = None
 
-    def execute(self, context: Any) -> Any:
+    def execute(self, context: Context) -> Any:
         if not self.deferrable:
             return super().execute(context)
         job = self.hook.get_job(self.job_id, budget=self.polling.outage_budget)
@@ -90,13 +96,13 @@ class TrainingJobSensor(TrainingJobTaskMixin, BaseSensorOperator):
         if ended is not None:
             return ended
         # the sensor's own timeout applies deferred as in poke mode; the earlier deadline wins
-        deadlines = [(time.time() + self.timeout, "sensor_timeout")]
+        deadlines: list[tuple[float, DeadlineKind]] = [(time.time() + self.timeout, "sensor_timeout")]
         if (execution := self.deadline_from_now(context)) is not None:
             deadlines.append((execution, "execution_timeout"))
         deadline, kind = min(deadlines)
         self.defer_on(job, context, deadline, kind)
 
-    def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Any):
+    def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
         """As poke mode does: ``soft_fail`` skips only on a timeout; a job that failed or was cancelled
         fails the sensor (``BaseSensorOperator`` would skip on any error when deferred)."""
         try:
@@ -107,7 +113,7 @@ class TrainingJobSensor(TrainingJobTaskMixin, BaseSensorOperator):
                 raise cause from None
             raise
 
-    def poke(self, context: Any) -> PokeReturnValue:
+    def poke(self, context: Context) -> PokeReturnValue:
         job = self.hook.get_job(self.job_id, budget=self.polling.outage_budget)
         if self._report is None:  # the first poke of this try
             self._report = JobReport(self.log)

@@ -1,4 +1,3 @@
-"""Tools to test DAGs and this provider without a cloud: an in-process runner for deferrable
-operators (:mod:`.inprocess`) and a real Airflow stack with kill-path scenarios (:mod:`.stack`,
-:mod:`.postgres`, :mod:`.killpaths`). The local training platform itself is
-:mod:`airflow_training_provider.local_platform`."""
+"""Testing DAGs without a cloud: :mod:`.inprocess` runs a deferrable operator, its trigger and its
+resumption in this process (no scheduler, triggerer or database). The local training platform to
+run them against is the ``airflow-training-platform`` distribution (the ``[local-platform]`` extra)."""

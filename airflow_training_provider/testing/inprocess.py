@@ -210,8 +210,8 @@ class InMemoryAirflow:
         from airflow.sdk.execution_time import task_runner
 
         missing = object()
-        before = getattr(task_runner, "SUPERVISOR_COMMS", missing)
-        task_runner.SUPERVISOR_COMMS = self  # type: ignore[assignment]
+        before: Any = getattr(task_runner, "SUPERVISOR_COMMS", missing)
+        task_runner.SUPERVISOR_COMMS = self  # type: ignore[assignment]  # a stand-in, not a CommsDecoder
         try:
             yield self
         finally:

@@ -25,6 +25,7 @@ from airflow_training_provider.identity import TaskIdentity
 from airflow_training_provider.lifecycle.guards import Guards
 from airflow_training_provider.lifecycle.operations import NewEvents, Step
 from airflow_training_provider.lifecycle.waiting import (
+    DeadlineKind,
     DeadlineReached,
     Polling,
     poll_phase_delay,
@@ -37,6 +38,7 @@ from airflow_training_provider.task_instance_lookup import (
     set_event_cursor,
     task_instance_state,
 )
+from airflow_training_provider.task_log import TaskLog
 from airflow_training_provider.triggers.heap import start_gc_freezer
 from airflow_training_provider.triggers.shutdown import stopping, watch_stop_signals
 
@@ -61,12 +63,12 @@ class _CursorSavingReport(JobReport):
     lines written after a cancellation do not reach the task log. A poll's progress is written
     synchronously (no coroutine per poll)."""
 
-    def __init__(self, log: Any, cursor: int, save: Callable[[int], Awaitable[None]]) -> None:
+    def __init__(self, log: TaskLog, cursor: int, save: Callable[[int], Awaitable[None]]) -> None:
         super().__init__(log, cursor)
         self._save = save
         self.wrote_events_at = 0.0  # time.monotonic() of the last events written
 
-    def __call__(self, step: Step) -> Awaitable[None] | None:  # type: ignore[override]
+    def __call__(self, step: Step) -> Awaitable[None] | None:
         if isinstance(step, NewEvents) and stopping():
             return None  # the triggerer is stopping: its restart writes them (triggers/shutdown.py)
         super().__call__(step)
@@ -113,7 +115,7 @@ class TrainingJobTrigger(BaseTrigger):
         job_id: str,
         deadline: float | None = None,
         event_cursor: int = 0,
-        deadline_kind: str = "execution_timeout",
+        deadline_kind: DeadlineKind = "execution_timeout",
         deferred_at: float | None = None,
         dag_id: str | None = None,
         run_id: str | None = None,

@@ -4,7 +4,6 @@ the example DAGs plus the test DAGs. DAGs run with ``airflow dags test`` in a su
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -14,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_training_provider.local_platform.server import LocalPlatformServer
-from tests.conftest import API_KEY, aws_connection, modelarts_connection, pai_connection
+from airflow_training_devel.local_fixtures import LOCAL_FIXTURES, connection_env, server_options
+from airflow_training_platform.server import LocalPlatformServer
 
 ROOT = Path(__file__).resolve().parents[2]
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
@@ -49,13 +48,13 @@ class AirflowEnv:
 def broke_platform(tmp_path_factory):
     """A local platform whose Together account holds $0.002: a fine-tune runs out of balance."""
     with LocalPlatformServer(
-        tmp_path_factory.mktemp("broke"), seconds_per_epoch=0.5, api_key=API_KEY, together_balance_usd=0.002
+        tmp_path_factory.mktemp("broke"), seconds_per_epoch=0.5, **server_options(together_balance_usd=0.002)
     ) as server:
         yield server
 
 
 @pytest.fixture(scope="session")
-def airflow_env(tmp_path_factory, conn_uri_env, platform, broke_platform) -> AirflowEnv:
+def airflow_env(tmp_path_factory, platform, broke_platform) -> AirflowEnv:
     home = tmp_path_factory.mktemp("airflow")
     dags = home / "dags"
     dags.mkdir()
@@ -69,16 +68,8 @@ def airflow_env(tmp_path_factory, conn_uri_env, platform, broke_platform) -> Air
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
-        "AIRFLOW_CONN_TENSORONE_LOCAL": conn_uri_env,
-        "AIRFLOW_CONN_TOGETHER_LOCAL": json.dumps(
-            {"conn_type": "together", "host": platform.url, "password": API_KEY}
-        ),
-        "AIRFLOW_CONN_TOGETHER_BROKE": json.dumps(
-            {"conn_type": "together", "host": broke_platform.url, "password": API_KEY}
-        ),
-        "AIRFLOW_CONN_AWS_LOCAL": aws_connection(platform.url),
-        "AIRFLOW_CONN_PAI_LOCAL": pai_connection(platform.url),
-        "AIRFLOW_CONN_MODELARTS_LOCAL": modelarts_connection(platform.url),
+        **connection_env(platform.url),
+        "AIRFLOW_CONN_TOGETHER_BROKE": LOCAL_FIXTURES["together"].connection_json(broke_platform.url),
         "TRAINING_MODEL_REGISTRY": str(registry),
         "PYTHONUNBUFFERED": "1",
     }

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import requests
 
-from airflow_training_provider.local_platform.control import LocalPlatformControl
+from airflow_training_platform.control import LocalPlatformControl
 from tests.conftest import API_KEY
 
 

@@ -13,6 +13,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowRuntimeError, ErrorType
 from airflow.sdk.execution_time.comms import ErrorResponse
 
+from airflow_training_devel.killpaths.flavors import FLAVORS
 from airflow_training_provider.hooks.training import TrainingPlatformHook
 from airflow_training_provider.identity import DEPLOYMENT_ENV
 from airflow_training_provider.job_task import STATE_STORE_KEY
@@ -24,7 +25,6 @@ from airflow_training_provider.testing.inprocess import (
     run_task,
     task_context,
 )
-from airflow_training_provider.testing.killpaths.flavors import FLAVORS
 from airflow_training_provider.triggers.training_job import TrainingJobTrigger
 
 OPERATIONS = "airflow_training_provider.lifecycle.operations"

@@ -11,10 +11,10 @@ import pytest
 from airflow.sdk import AssetAlias
 from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_training_devel.killpaths.flavors import FLAVORS
+from airflow_training_platform.control import LocalPlatformControl
 from airflow_training_provider.job_task import TrainingJobStoppedByGuard
-from airflow_training_provider.local_platform.control import LocalPlatformControl
 from airflow_training_provider.testing.inprocess import run_task, task_context
-from airflow_training_provider.testing.killpaths.flavors import FLAVORS
 from tests.inprocess.test_operators_inprocess import submit, tensorone_spec
 
 

@@ -143,6 +143,41 @@ def test_an_unanswered_state_question_is_given_up_on_in_time(control, monkeypatc
     control_cancel(control, job_id)
 
 
+@pytest.mark.slow  # the try then takes seconds to end
+def test_on_kill_keeps_to_its_budget_when_airflow_and_the_platform_are_slow(control, monkeypatch):
+    """A slow state answer (just under ON_KILL_VERIFY_TIMEOUT) and a cancel the platform sits on:
+    on_kill still returns within ON_KILL_BUDGET (SIGKILL comes 5 s after SIGTERM), the cancel's
+    call given up on with what the state question left of the budget."""
+    from airflow_training_provider.job_task import ON_KILL_BUDGET, ON_KILL_VERIFY_TIMEOUT
+
+    def slow_answer(identity):
+        time.sleep(ON_KILL_VERIFY_TIMEOUT - 0.1)
+        return "failed"
+
+    monkeypatch.setattr("airflow_training_provider.job_task.task_instance_state", slow_answer)
+    op = submit("tensorone", tensorone_spec(epochs=300), deferrable=False, retries=1)
+    ctx = task_context(op)
+    thread, outcome = run_in_thread(op, ctx)
+    job_id = wait_for_xcom(ctx, "job_id")
+    control.wait_job(job_id, {"running"})
+    rule = control.add_fault(
+        method="POST", path_prefix=f"/v2/training/jobs/{job_id}/cancel", delay_seconds=20
+    )
+    try:
+        t0 = time.monotonic()
+        op.on_kill()
+        took = time.monotonic() - t0
+        assert control.fault(rule["id"])["fired"] == 1, "the cancel reached the platform and hung there"
+    finally:
+        control.clear_faults(rule_id=rule["id"])
+    thread.join(60)
+    assert ON_KILL_VERIFY_TIMEOUT - 0.1 < took < ON_KILL_BUDGET + 0.3, f"on_kill took {took:.2f} s"
+    assert outcome.get("error") is not None, (
+        outcome
+    )  # the try ends either way (cancelled by execute's confirm, or failed)
+    control_cancel(control, job_id)
+
+
 def stopping_job(control, **kwargs) -> tuple[dict, dict, str]:
     """A SageMaker job whose try 1 is over and whose stop takes a few seconds (its final checkpoint
     takes 3 s to write, like a big model's upload): (spec, try 1's context, job id)."""

@@ -9,10 +9,10 @@ import uuid
 
 import pytest
 
+from airflow_training_devel.killpaths.flavors import FLAVORS
 from airflow_training_provider.errors import JobAlreadyExistsError
 from airflow_training_provider.identity import TaskIdentity, deployment_name
 from airflow_training_provider.testing.inprocess import run_task, task_context
-from airflow_training_provider.testing.killpaths.flavors import FLAVORS
 from tests.inprocess.test_operators_inprocess import sagemaker_spec, submit
 
 STEM = "churn-20260101"  # what "churn-{{ ds_nodash }}" renders to in every map index of one run

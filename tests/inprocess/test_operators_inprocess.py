@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from airflow.sdk.exceptions import AirflowTaskTimeout, TaskDeferralError, TaskDeferralTimeout
 
+from airflow_training_platform.platforms.together.wire import events_to_wire
 from airflow_training_provider.cancellation import GiveUp
 from airflow_training_provider.hooks.transport import RetryPolicy
 from airflow_training_provider.job_task import (
@@ -21,7 +22,6 @@ from airflow_training_provider.job_task import (
     TrainingJobCancelledByAirflow,
     TrainingJobFailed,
 )
-from airflow_training_provider.local_platform.platforms.together.wire import events_to_wire
 from airflow_training_provider.operators.training_job import SubmitTrainingJobOperator
 from airflow_training_provider.platforms.together import TogetherDialect
 from airflow_training_provider.sensors.training_job import TrainingJobSensor

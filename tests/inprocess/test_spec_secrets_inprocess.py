@@ -14,9 +14,9 @@ import uuid
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_training_devel.killpaths.flavors import FLAVORS
 from airflow_training_provider.spec_secrets import SecretNotFoundError, connection_secret, variable_secret
 from airflow_training_provider.testing.inprocess import run_task, task_context
-from airflow_training_provider.testing.killpaths.flavors import FLAVORS
 from tests.inprocess.test_operators_inprocess import submit, tensorone_spec
 
 PASSWORD = "ip-conn-secret-" + uuid.uuid4().hex

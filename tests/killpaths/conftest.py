@@ -1,11 +1,11 @@
-"""The kill-path stack (``airflow_training_provider.testing.killpaths``), started once for the
+"""The kill-path stack (``airflow_training_devel.killpaths``), started once for the
 kill-path tests and stopped by PID afterwards."""
 
 from __future__ import annotations
 
 import pytest
 
-from airflow_training_provider.testing.killpaths import KillPathEnv, run_scenarios
+from airflow_training_devel.killpaths import KillPathEnv, run_scenarios
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,7 @@
 """K1–K24 on a real Airflow 3.3 stack, for every platform a scenario applies to, judged by the
 platform's own records (submits, cancel requests, states, checkpoint files).
 
-The scenarios (``airflow_training_provider.testing.killpaths.scenarios``) run once per session in
+The scenarios (``airflow_training_devel.killpaths.scenarios``) run once per session in
 the ``outcomes`` fixture (see conftest); each test asserts on its (scenario, platform) outcome.
 """
 
@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from airflow_training_provider.local_platform.control import LocalPlatformControl
-from airflow_training_provider.testing.killpaths import Outcome, pairs
-from airflow_training_provider.testing.killpaths.flavors import GUARD_RULE, flavor_of
-from airflow_training_provider.testing.killpaths.scenarios import loss_plateau
+from airflow_training_devel.killpaths import Outcome, pairs
+from airflow_training_devel.killpaths.flavors import GUARD_RULE, flavor_of
+from airflow_training_devel.killpaths.scenarios import loss_plateau
+from airflow_training_platform.control import LocalPlatformControl
 
 # The first test's setup runs every selected scenario (see conftest.outcomes): give it the time.
 # They share one stack: under pytest-xdist (--dist loadgroup) one worker runs them all.
@@ -113,8 +113,9 @@ def test_k5_execution_timeout_while_deferred(outcome):
 def test_k6_defer_timeout_cancels(outcome):
     job = assert_cancelled_once_keeping_checkpoints(outcome)
     assert outcome.ti_state == "failed"
-    # the trigger cancels at the deadline itself (Airflow's own check runs every 15 s, then a worker)
-    assert 0 <= outcome.latency < 10, f"cancel arrived {outcome.latency:.1f} s after defer_timeout ran out"
+    # the trigger cancels at the deadline itself (Airflow's own check runs every 15 s, then a worker);
+    # counted from the trigger's row, written a few ms after the deadline was set: it may be below 0
+    assert -1 < outcome.latency < 10, f"cancel arrived {outcome.latency:.2f} s after defer_timeout ran out"
     if flavor_of(job).cancel_reason:
         assert job["cancel_requests"][0]["reason"] == "Airflow defer_timeout reached"
     assert "defer_timeout reached" in outcome.notes["log"] and "TaskDeferralTimeout" in outcome.notes["log"]
@@ -357,8 +358,8 @@ def _listener_lines(env, o: Outcome) -> list[str]:
 
 @scenario("k24_mark_failed_no_triggerer")
 def test_k24_mark_failed_without_a_triggerer_cancels_at_once(outcome):
+    from airflow_training_devel.killpaths.flavors import API_KEY
     from airflow_training_provider.listeners import CANCEL_REASON
-    from airflow_training_provider.testing.killpaths.flavors import API_KEY
 
     assert outcome.notes["triggerers_healthy"], "the triggerers came back"
     for o in (outcome, outcome.notes["dag_run"]):  # the task instance marked failed; its DAG run

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_training_provider.testing.killpaths.flavors import (
+from airflow_training_devel.killpaths.flavors import (
     SECRET_VARIABLE,
     SPEC_SECRETS,
     secret_cases,

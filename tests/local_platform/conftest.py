@@ -14,7 +14,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from airflow_training_provider.local_platform.server import LocalPlatformServer
+from airflow_training_platform.server import LocalPlatformServer
 from tests.local_platform.helpers import API_KEY, Platform
 
 LONG = {"epochs": 200, "seconds_per_epoch": 2.0}  # slow pacing: little CPU while waiting

@@ -10,8 +10,8 @@ from typing import Any
 
 import httpx
 
-from airflow_training_provider.local_platform.control import LocalPlatformControl
-from airflow_training_provider.local_platform.server import LocalPlatformServer
+from airflow_training_platform.control import LocalPlatformControl
+from airflow_training_platform.server import LocalPlatformServer
 
 API_KEY = "tpo_test_local"
 TERMINAL = {"completed", "failed", "cancelled"}
@@ -68,7 +68,7 @@ def pid_alive(pid: int) -> bool:
             cmdline = fh.read()
     except OSError:
         return False
-    return state != "Z" and b"local_platform.trainer" in cmdline
+    return state != "Z" and b"airflow_training_platform.trainer" in cmdline
 
 
 def wait_dead(pids: list[int], timeout: float = 10.0) -> list[int]:

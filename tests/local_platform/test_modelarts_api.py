@@ -109,7 +109,7 @@ def test_terminate_stops_after_sigterm_with_a_final_checkpoint_in_the_output_cha
 
 
 def test_a_job_resumes_from_the_latest_checkpoint_in_its_resume_from_input(platform):
-    from airflow_training_provider.local_platform.control import LocalPlatformControl
+    from airflow_training_platform.control import LocalPlatformControl
 
     ma, control = client(platform), LocalPlatformControl(platform.url)
     first = f"sdk-first-{uuid.uuid4().hex[:8]}"

@@ -119,7 +119,7 @@ def test_the_asyncio_client_works_too(platform):
 
 
 def test_the_list_covers_the_last_7_days_unless_told_a_start_time(platform):
-    from airflow_training_provider.local_platform.control import LocalPlatformControl
+    from airflow_training_platform.control import LocalPlatformControl
 
     pai, run = client(platform), uuid.uuid4().hex[:8]
     job_id = create(pai, f"old-{run}", epochs=1, **{"airflow-run": run})

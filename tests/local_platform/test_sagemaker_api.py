@@ -11,7 +11,7 @@ import boto3
 import botocore.exceptions
 import pytest
 
-from airflow_training_provider.local_platform.control import LocalPlatformControl
+from airflow_training_platform.control import LocalPlatformControl
 from tests.conftest import API_KEY, AWS_ACCESS_KEY_ID
 
 

@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
+from airflow_training_platform.server import LocalPlatformServer
 from airflow_training_provider.errors import JobStateConflictError
-from airflow_training_provider.local_platform.server import LocalPlatformServer
 from airflow_training_provider.models import JobState
 from airflow_training_provider.platforms.together import TogetherDialect
 

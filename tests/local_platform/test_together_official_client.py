@@ -15,7 +15,7 @@ import httpx
 import pytest
 import together
 
-from airflow_training_provider.local_platform.server import LocalPlatformServer
+from airflow_training_platform.server import LocalPlatformServer
 
 API_KEY = "together-sdk-key"
 TERMINAL = {"completed", "cancelled", "error"}

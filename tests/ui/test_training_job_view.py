@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 import requests
 
-from airflow_training_provider.local_platform.control import LocalPlatformControl
-from airflow_training_provider.local_platform.server import LocalPlatformServer
-from airflow_training_provider.testing.devstack import API_KEY, AWS_ACCESS_KEY_ID, connections, dev_stack
-from airflow_training_provider.testing.stack import AirflowStack
+from airflow_training_devel.devstack import connections, dev_stack
+from airflow_training_devel.local_fixtures import LOCAL_FIXTURES, LOCAL_SECRET
+from airflow_training_devel.stack import AirflowStack
+from airflow_training_platform.control import LocalPlatformControl
+from airflow_training_platform.server import LocalPlatformServer
 
 pytestmark = pytest.mark.e2e
 
@@ -213,13 +214,13 @@ def test_while_the_platform_does_not_answer_the_view_shows_the_last_state_from_x
 def test_the_connection_test_button_works_for_each_platform_connection_type(ui):
     for conn_type in ("tensorone", "together"):
         body = {"connection_id": f"{conn_type}_try", "conn_type": conn_type, "host": ui.platform.url}
-        ok = ui.stack.call("POST", "/connections/test", json={**body, "password": API_KEY})
+        ok = ui.stack.call("POST", "/connections/test", json={**body, "password": LOCAL_SECRET})
         assert ok["status"] is True and "accepted the credentials" in ok["message"], ok
         bad = ui.stack.call("POST", "/connections/test", json={**body, "password": "wrong-key"})
         assert bad["status"] is False and bad["message"].startswith("authentication failed"), bad
     # SageMaker: Airflow's aws connection, tested by the Amazon provider (STS GetCallerIdentity)
     (aws,) = [c for c in connections(ui.platform.url) if c["conn_type"] == "aws"]
     ok = ui.stack.call("POST", "/connections/test", json=aws)
-    assert ok["status"] is True and AWS_ACCESS_KEY_ID in ok["message"], ok
+    assert ok["status"] is True and LOCAL_FIXTURES["aws"].login in ok["message"], ok
     bad = ui.stack.call("POST", "/connections/test", json={**aws, "password": "wrong-secret"})
     assert bad["status"] is False and "InvalidSignatureException" in bad["message"], bad

@@ -14,6 +14,7 @@ from airflow_training_provider.cancellation import (
     TryStart,
     is_retry,
     reaper_decision,
+    resumes_from_earlier_job,
     try_start,
 )
 from airflow_training_provider.identity import TaskIdentity
@@ -133,6 +134,19 @@ def test_a_stop_that_did_not_end_in_the_wait_is_reported_never_adopted(policy, s
     assert policy.earlier_job(JobState.STOPPING, start, stop_awaited=True) is EarlierJob.STILL_STOPPING
     # once the stop ended, the ended job decides like any other
     assert policy.earlier_job(JobState.CANCELLED, start, stop_awaited=True) is EarlierJob.SUBMIT
+
+
+@pytest.mark.parametrize("state", list(JobState))
+@pytest.mark.parametrize("start", list(TryStart))
+@pytest.mark.parametrize("action", list(EarlierJob))
+def test_only_a_retry_submitting_after_a_failed_or_cancelled_job_resumes_from_it(state, start, action):
+    wanted = (
+        action is EarlierJob.SUBMIT
+        and start is TryStart.RETRY
+        and state in (JobState.FAILED, JobState.CANCELLED)
+    )
+    assert resumes_from_earlier_job(action, start, state, resume_from_checkpoint=True) is wanted
+    assert resumes_from_earlier_job(action, start, state, resume_from_checkpoint=False) is False
 
 
 @pytest.mark.parametrize(

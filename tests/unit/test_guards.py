@@ -120,6 +120,14 @@ def test_without_a_platform_cost_the_budget_counts_training_time_at_the_hourly_p
     assert "31 s of training at hourly_cost_usd" in stop.reason and "$36.0000/h" in stop.reason
 
 
+def test_a_priced_budget_fires_on_a_cost_reported_before_the_job_started_without_crashing():
+    # a platform without cost_usd whose answer still carries a cost (the local platform's
+    # x_local_cost_usd) before the job is running: no start time to count training seconds from
+    watch = GuardWatch(Guards(max_cost_usd=0.001, hourly_cost_usd=36.0), FakeClock(1000.0))
+    stop = watch.check(job(cost=0.0, state=JobState.QUEUED), 10, None)
+    assert stop is not None and stop.guard == "max_cost_usd" and "s of training" not in stop.reason
+
+
 def test_guards_are_checked_when_the_dag_is_parsed_and_against_the_platform_before_submit():
     with pytest.raises(ValueError, match="patience"):
         Guards(early_stopping={"metric": "validation_loss", "patience": 0})

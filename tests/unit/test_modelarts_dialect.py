@@ -8,6 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from airflow_training_platform.errors import ApiError
+from airflow_training_platform.platforms.modelarts import signing
 from airflow_training_provider.errors import (
     InvalidJobSpecError,
     JobNotFoundError,
@@ -18,8 +20,6 @@ from airflow_training_provider.errors import (
 )
 from airflow_training_provider.hooks.connection import PlatformConnection
 from airflow_training_provider.hooks.transport import prepare_request
-from airflow_training_provider.local_platform.errors import ApiError
-from airflow_training_provider.local_platform.platforms.modelarts import signing
 from airflow_training_provider.models import Checkpoint, JobState
 from airflow_training_provider.platforms import modelarts
 

@@ -9,10 +9,10 @@ from datetime import UTC, datetime
 
 import pytest
 
+from airflow_training_platform.platforms.pai import acs3
 from airflow_training_provider.errors import InvalidJobSpecError, TransientPlatformError
 from airflow_training_provider.hooks.connection import PlatformConnection
 from airflow_training_provider.hooks.transport import prepare_request
-from airflow_training_provider.local_platform.platforms.pai import acs3
 from airflow_training_provider.models import Checkpoint, JobState
 from airflow_training_provider.platforms import pai
 from airflow_training_provider.platforms.base import Credentials

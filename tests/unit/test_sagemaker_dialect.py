@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from airflow_training_platform.errors import ApiError
 from airflow_training_provider.errors import InvalidJobSpecError, JobAlreadyExistsError
 from airflow_training_provider.hooks.transport import prepare_request
 from airflow_training_provider.lifecycle.operations import JobOperations
-from airflow_training_provider.local_platform.errors import ApiError
 from airflow_training_provider.models import JobState
 from airflow_training_provider.platforms.base import Credentials, tag_pairs
 from airflow_training_provider.platforms.sagemaker import NAME_PATTERN, SageMakerDialect, job_name
@@ -158,7 +158,7 @@ def test_requests_are_awsjson_posts_with_a_target():
 def test_sigv4_signature_is_verified_by_the_local_platform():
     from starlette.requests import Request
 
-    from airflow_training_provider.local_platform.platforms.sagemaker.sigv4 import verify
+    from airflow_training_platform.platforms.sagemaker.sigv4 import verify
 
     creds = Credentials(access_key_id="AKIDEXAMPLE", secret_access_key="s3cr3t", region="us-east-1")
     http = prepare_request(D, "http://127.0.0.1:8765", D.get_request(NAME), creds)

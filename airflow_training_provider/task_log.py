@@ -1,0 +1,16 @@
+"""The type of a task's log, for annotations only."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+
+class TaskLog(Protocol):
+    """What the provider writes a task's log with: a ``logging.Logger`` (or ``LoggerAdapter``), or
+    the structlog logger Airflow gives operators and triggers as ``self.log``."""
+
+    def debug(self, msg: Any, /, *args: Any) -> Any: ...
+    def info(self, msg: Any, /, *args: Any) -> Any: ...
+    def warning(self, msg: Any, /, *args: Any) -> Any: ...
+    def error(self, msg: Any, /, *args: Any) -> Any: ...
+    def log(self, level: int, msg: Any, /, *args: Any) -> Any: ...

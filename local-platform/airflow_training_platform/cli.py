@@ -1,0 +1,117 @@
+"""Command line of the local training platform.
+
+``airflow-training-platform serve --data-dir DIR [--host 127.0.0.1] [--port 8080] [--log-level info]``
+plus one flag per setting (``--gpus N``, ``--seconds-per-epoch S``, ``--api-key K``,
+``--together-balance-usd B``...): ``airflow-training-platform serve --help`` lists them, generated
+from :mod:`.settings`. Also ``python -m airflow_training_platform.cli serve ...``.
+
+Without ``--api-key`` the key is read from ``$AIRFLOW_TRAINING_PLATFORM_API_KEY``; if that is unset
+too, any non-empty key is accepted. SIGTERM / SIGINT shut the server down cleanly, killing every
+trainer child.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import types
+import typing
+from typing import Any
+
+from pydantic import ValidationError
+
+from airflow_training_platform.settings import API_KEY_ENV, PlatformSettings
+
+SERVER_OPTIONS = {"host": "127.0.0.1", "port": 8080, "log_level": "info"}
+"""Options of the HTTP server itself (not platform settings)."""
+LOG_LEVELS = ["critical", "error", "warning", "info", "debug"]
+
+
+def flag(name: str) -> str:
+    """``seconds_per_epoch`` → ``--seconds-per-epoch``."""
+    return "--" + name.replace("_", "-")
+
+
+def _value_type(annotation: Any) -> Any:
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        annotation = next(a for a in typing.get_args(annotation) if a is not type(None))
+    return annotation if annotation in (int, float, str) else str
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser (``serve`` subcommand): server options plus one flag per setting."""
+    parser = argparse.ArgumentParser(prog="airflow-training-platform", description="Local training platform")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the HTTP server")
+    serve.add_argument("--host", default=SERVER_OPTIONS["host"])
+    serve.add_argument("--port", type=int, default=SERVER_OPTIONS["port"])
+    serve.add_argument("--log-level", default=SERVER_OPTIONS["log_level"], choices=LOG_LEVELS)
+    for name, field in PlatformSettings.model_fields.items():
+        required = field.is_required()
+        default = None if required else field.default
+        suffix = "" if required or default is None else f" (default {default})"
+        serve.add_argument(
+            flag(name),
+            dest=name,
+            type=_value_type(field.annotation),
+            required=required,
+            default=default,
+            help=(field.description or "") + suffix,
+        )
+    return parser
+
+
+def settings_from(args: argparse.Namespace) -> Any:
+    """The :data:`PlatformSettings` named by parsed ``args``. :raises ValidationError: a bad value."""
+    values = {name: getattr(args, name) for name in PlatformSettings.model_fields}
+    values["data_dir"] = os.path.abspath(values["data_dir"])
+    values["api_key"] = values["api_key"] or os.environ.get(API_KEY_ENV) or None
+    return PlatformSettings(**values)
+
+
+def serve(args: argparse.Namespace) -> int:
+    """Run uvicorn until SIGTERM/SIGINT; returns the exit code."""
+    import uvicorn
+
+    from airflow_training_platform.app import create_app
+
+    try:
+        settings = settings_from(args)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        print(f"{flag(str(err['loc'][0]))}: {err['msg']}", file=sys.stderr)
+        return 2
+    os.makedirs(settings.data_dir, exist_ok=True)
+    app = create_app(settings)
+    config = uvicorn.Config(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        timeout_graceful_shutdown=3,
+        lifespan="on",
+    )
+    received: list[int] = []
+    # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal against the handlers
+    # that were installed before it started: make those record it, so a requested stop exits with 0.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda signum, _frame: received.append(signum))
+    try:
+        uvicorn.Server(config).run()
+    finally:
+        app.state.engine.shutdown()  # idempotent; covers a failed start-up or an interrupted lifespan
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console-script entry point."""
+    args = build_parser().parse_args(argv)
+    if args.command == "serve":
+        return serve(args)
+    return 2  # pragma: no cover - argparse enforces the subcommand
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,17 @@
+"""The platforms the local training platform emulates, one folder each (routes, wire, error format).
+Adding one adds its folder and a line here (docs/adding-a-platform.md)."""
+
+from __future__ import annotations
+
+from airflow_training_platform.platforms import modelarts, pai, sagemaker, tensorone, together
+from airflow_training_platform.platforms.base import AppContext, LocalPlatform
+
+LOCAL_PLATFORMS: tuple[LocalPlatform, ...] = (
+    modelarts.PLATFORM,  # before TensorOne: a project id may start with 'training'
+    tensorone.PLATFORM,
+    together.PLATFORM,
+    sagemaker.PLATFORM,
+    pai.PLATFORM,
+)
+
+__all__ = ["LOCAL_PLATFORMS", "AppContext", "LocalPlatform"]

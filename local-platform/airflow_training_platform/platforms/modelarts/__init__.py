@@ -1,0 +1,72 @@
+"""Huawei Cloud ModelArts training jobs (API v2: project-scoped paths under ``/v2/{project_id}``,
+SDK-HMAC-SHA256 signatures or an IAM token, ``{"error_code", "error_msg"}`` errors), served from the
+same engine as every other platform."""
+
+from __future__ import annotations
+
+import re
+
+from fastapi import Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+
+from airflow_training_platform.errors import ApiError, request_id
+from airflow_training_platform.platforms.base import AppContext, LocalPlatform, platform_app, secret_setting
+from airflow_training_platform.platforms.modelarts.routes import build_router
+from airflow_training_platform.platforms.modelarts.wire import PLATFORM as NAME
+
+#: the paths it serves: ``/v2/<project_id>/training-jobs…`` and ``/v2/<project_id>/training-job-searches``
+_PATH = re.compile(r"^/v2/[^/]+/training-job(s|-searches)(/|$)")
+
+
+class ModelArtsOptions(BaseModel):
+    modelarts_stop_grace_seconds: float = Field(
+        30.0, ge=0, description="after a terminate's SIGTERM, SIGKILL the trainer after this (s)"
+    )
+    modelarts_access_key: str | None = Field(
+        None, description="access key (AK) requests must be signed with (unset: any well-formed signature)"
+    )
+    modelarts_secret_key: str | None = secret_setting("its secret key (SK)")
+    modelarts_auth_token: str | None = secret_setting("IAM token accepted as X-Auth-Token (unset: any token)")
+
+
+_CODES = {
+    400: "ModelArts.0101",
+    401: "APIGW.0301",
+    403: "ModelArts.0203",
+    404: "ModelArts.2762",
+    429: "APIGW.0308",
+    500: "ModelArts.0010",
+    503: "ModelArts.0011",
+}
+
+
+def render_error(request: Request, err: ApiError) -> JSONResponse:
+    """Huawei Cloud errors: ``{"error_code", "error_msg", "request_id"}`` (``APIGW.*`` from the
+    gateway: authentication and throttling)."""
+    code = err.code if err.code and "." in err.code else _CODES.get(err.status, "ModelArts.0010")
+    body = {"error_code": code, "error_msg": err.message, "request_id": request_id(request)}
+    return JSONResponse(body, status_code=err.status, headers=err.headers)
+
+
+def build(context: AppContext):
+    s = context.settings
+    key_pair = None
+    if s.modelarts_access_key and s.modelarts_secret_key:
+        key_pair = (s.modelarts_access_key, s.modelarts_secret_key)
+    router = build_router(
+        context.engine,
+        s.engine_config().data_dir,
+        s.modelarts_stop_grace_seconds,
+        key_pair,
+        s.modelarts_auth_token,
+    )
+    return platform_app("Huawei Cloud ModelArts (local)", router, render_error, context.faults)
+
+
+PLATFORM = LocalPlatform(
+    name=NAME,
+    build=build,
+    match=lambda scope: bool(_PATH.match(scope.get("path", ""))),
+    options=ModelArtsOptions,
+)

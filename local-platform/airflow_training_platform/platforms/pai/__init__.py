@@ -1,0 +1,58 @@
+"""Alibaba Cloud PAI training jobs (PaiStudio 2022-01-12: ROA paths under ``/api/v1/trainingjobs``,
+ACS3-HMAC-SHA256 signatures, ``{"Code", "Message", "RequestId"}`` errors), served from the same
+engine as every other platform."""
+
+from __future__ import annotations
+
+from fastapi import Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+
+from airflow_training_platform.errors import ApiError, request_id
+from airflow_training_platform.platforms.base import AppContext, LocalPlatform, platform_app, secret_setting
+from airflow_training_platform.platforms.pai.routes import PATH, build_router
+from airflow_training_platform.platforms.pai.wire import PLATFORM as NAME
+
+
+class PaiOptions(BaseModel):
+    pai_stop_grace_seconds: float = Field(
+        30.0, ge=0, description="after StopTrainingJob's SIGTERM, SIGKILL the trainer after this (s)"
+    )
+    pai_access_key_id: str | None = Field(
+        None, description="AccessKey id requests must be signed with (unset: any well-formed signature)"
+    )
+    pai_access_key_secret: str | None = secret_setting("its secret")
+
+
+_CODES = {
+    400: "InvalidParameter",
+    403: "Forbidden",
+    404: "EntityNotExist",
+    429: "Throttling.User",
+    500: "InternalError",
+    503: "ServiceUnavailable",
+}
+
+
+def render_error(request: Request, err: ApiError) -> JSONResponse:
+    """Alibaba OpenAPI errors: ``{"Code", "Message", "RequestId"}``; throttling carries
+    ``x-acs-retry-after`` in milliseconds (from a fault's ``Retry-After`` seconds)."""
+    code = err.code if err.code and not err.code.isupper() else _CODES.get(err.status, "InternalError")
+    headers = {k: v for k, v in err.headers.items() if k.lower() != "retry-after"}
+    if (seconds := err.headers.get("Retry-After")) is not None:
+        headers["x-acs-retry-after"] = str(int(float(seconds) * 1000))
+    rid = request_id(request)
+    body = {"Code": code, "Message": err.message, "RequestId": rid, "HostId": request.url.hostname or ""}
+    return JSONResponse(body, status_code=err.status, headers=headers)
+
+
+def build(context: AppContext):
+    s = context.settings
+    key_pair = None
+    if s.pai_access_key_id and s.pai_access_key_secret:
+        key_pair = (s.pai_access_key_id, s.pai_access_key_secret)
+    router = build_router(context.engine, s.engine_config().data_dir, s.pai_stop_grace_seconds, key_pair)
+    return platform_app("Alibaba Cloud PAI (local)", router, render_error, context.faults)
+
+
+PLATFORM = LocalPlatform(name=NAME, build=build, path_prefix=PATH, options=PaiOptions)

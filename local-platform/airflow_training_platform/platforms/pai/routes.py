@@ -1,0 +1,207 @@
+"""PaiStudio training-job operations over the local engine (``docs/platforms/pai.md``), every
+request checked against its ACS3-HMAC-SHA256 signature (:mod:`.acs3`).
+
+``POST /api/v1/trainingjobs`` (CreateTrainingJob), ``GET /api/v1/trainingjobs/{id}``
+(GetTrainingJob; ``EntityNotExist.TrainingJob`` 404 for an unknown one), ``PUT …/{id}/stop``
+(StopTrainingJob; ``TrainingJobStatusNotAllowed`` 400 for a job that has ended),
+``GET /api/v1/trainingjobs`` (ListTrainingJobs: ``Labels`` as a JSON map, ``Status``,
+``TrainingJobName``, ``WorkspaceId``, ``SortBy``/``Order``, ``PageNumber``/``PageSize``, and
+``StartTime``/``EndTime`` bounding the creation time, by default the last 7 days as on PAI),
+``GET …/{id}/events``, ``GET …/{id}/metrics``, ``GET …/{id}/latestmetrics``,
+``GET …/{id}/errorinfo``. Every answer carries a ``RequestId``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from airflow_training_platform.engine import (
+    InvalidJobSpec,
+    JobNotFound,
+    StateConflict,
+    TrainingEngine,
+)
+from airflow_training_platform.errors import ApiError, request_id
+from airflow_training_platform.platforms.pai import wire
+from airflow_training_platform.platforms.pai.acs3 import verify
+
+PATH = "/api/v1/trainingjobs"
+_TERMINAL = ("succeeded", "failed", "cancelled")
+#: ListTrainingJobs without ``StartTime`` lists the jobs created in the last 7 days (PAI's default)
+LIST_WINDOW_SECONDS = 7 * 24 * 3600
+
+
+def build_router(
+    engine: TrainingEngine, data_dir: str, stop_grace_seconds: float, key_pair: tuple[str, str] | None
+) -> APIRouter:
+    """The router: ``key_pair`` (AccessKey id, secret) to verify signatures with, or ``None`` to
+    accept any well-formed signed request."""
+    router = APIRouter(tags=["pai"])
+
+    async def checked(request: Request) -> bytes:
+        body = await request.body()
+        verify(request, body, key_pair)
+        return body
+
+    def answer(request: Request, payload: dict[str, Any]) -> JSONResponse:
+        return JSONResponse({**payload, "RequestId": request_id(request)})
+
+    def record(job_id: str) -> dict[str, Any]:
+        try:
+            return engine.get(job_id, platform=wire.PLATFORM)
+        except JobNotFound:
+            raise ApiError(
+                404, "EntityNotExist.TrainingJob", f"The training job {job_id} does not exist."
+            ) from None
+
+    @router.post(PATH)
+    async def create(request: Request) -> JSONResponse:
+        raw = await checked(request)
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError:
+            raise wire.bad("body", "is not valid JSON") from None
+        spec = wire.parse_create(body, data_dir, stop_grace_seconds)
+        try:
+            rec = engine.submit(spec)
+        except InvalidJobSpec as exc:
+            raise wire.bad(exc.field, str(exc)) from None
+        return answer(request, {"TrainingJobId": rec["job_id"]})
+
+    @router.get(PATH)
+    async def list_jobs(request: Request) -> JSONResponse:
+        await checked(request)
+        q = request.query_params
+        end = _time(q.get("EndTime"), "EndTime", time.time())
+        start = _time(q.get("StartTime"), "StartTime", end - LIST_WINDOW_SECONDS)
+        records = [r for r in engine.list(wire.PLATFORM) if start <= r["created_at"] <= end]
+        jobs = [wire.job_to_wire(r) for r in records]
+        if labels := q.get("Labels"):
+            try:
+                wanted = json.loads(labels)
+            except ValueError:
+                raise wire.bad("Labels", "must be a JSON object of label keys and values") from None
+            if not isinstance(wanted, dict):
+                raise wire.bad("Labels", "must be a JSON object of label keys and values")
+            jobs = [j for j in jobs if _has_labels(j, wanted)]
+        for key in ("Status", "TrainingJobName", "WorkspaceId", "TrainingJobId"):
+            if value := q.get(key):
+                jobs = [j for j in jobs if str(j.get(key)) == value]
+        sort_key = q.get("SortBy") or "GmtCreateTime"
+        jobs.sort(
+            key=lambda j: str(j.get(sort_key) or ""), reverse=(q.get("Order") or "DESC").upper() == "DESC"
+        )
+        page, size = (
+            _positive(q.get("PageNumber"), "PageNumber", 1),
+            _positive(q.get("PageSize"), "PageSize", 20),
+        )
+        if size > 1000:
+            raise wire.bad("PageSize", f"'{size}' must be at most 1000")
+        selected = jobs[(page - 1) * size : page * size]
+        return answer(request, {"TrainingJobs": selected, "TotalCount": len(jobs)})
+
+    @router.get(PATH + "/{job_id}")
+    async def get_job(request: Request, job_id: str) -> JSONResponse:
+        await checked(request)
+        return answer(request, wire.job_to_wire(record(job_id)))
+
+    @router.put(PATH + "/{job_id}/stop")
+    async def stop(request: Request, job_id: str) -> JSONResponse:
+        await checked(request)
+        rec = record(job_id)
+        if rec["state"] in _TERMINAL or rec["state"] == "stopping":
+            status = wire.status_of(rec)[0]
+            raise ApiError(
+                400,
+                "TrainingJobStatusNotAllowed",
+                f"The training job {job_id} is {status} and cannot be stopped.",
+            )
+        try:  # PAI terminates the containers: SIGTERM, then SIGKILL after the grace period
+            engine.cancel(
+                job_id,
+                reason="StopTrainingJob",
+                create_final_checkpoint=True,
+                platform=wire.PLATFORM,
+                request={},
+            )
+        except StateConflict as exc:
+            raise ApiError(400, "TrainingJobStatusNotAllowed", f"The training job is {exc.state}.") from None
+        return answer(request, {})
+
+    @router.get(PATH + "/{job_id}/events")
+    async def events(request: Request, job_id: str) -> JSONResponse:
+        await checked(request)
+        lines = wire.events_to_wire(record(job_id))
+        page = _positive(request.query_params.get("PageNumber"), "PageNumber", 1)
+        size = _positive(request.query_params.get("PageSize"), "PageSize", 100)
+        return answer(
+            request, {"Events": lines[(page - 1) * size : page * size], "TotalCount": str(len(lines))}
+        )
+
+    @router.get(PATH + "/{job_id}/metrics")
+    async def metrics(request: Request, job_id: str) -> JSONResponse:
+        await checked(request)
+        rows = wire.metrics_to_wire(record(job_id))
+        q = request.query_params
+        if name := q.get("Name"):
+            rows = [r for r in rows if r["Name"] == name]
+        if (q.get("Order") or "ASC").upper() == "DESC":
+            rows.reverse()
+        page, size = (
+            _positive(q.get("PageNumber"), "PageNumber", 1),
+            _positive(q.get("PageSize"), "PageSize", 50),
+        )
+        return answer(request, {"Metrics": rows[(page - 1) * size : page * size], "TotalCount": len(rows)})
+
+    @router.get(PATH + "/{job_id}/latestmetrics")
+    async def latest_metrics(request: Request, job_id: str) -> JSONResponse:
+        await checked(request)
+        return answer(request, {"Metrics": wire.job_to_wire(record(job_id))["LatestMetrics"]})
+
+    @router.get(PATH + "/{job_id}/errorinfo")
+    async def error_info(request: Request, job_id: str) -> JSONResponse:
+        await checked(request)
+        rec = record(job_id)
+        status, code, message = wire.status_of(rec)
+        info = (
+            {"Code": code, "Message": message, "AdditionalInfo": rec.get("error") or ""}
+            if status == "Failed"
+            else {}
+        )
+        return answer(request, {"ErrorInfo": info})
+
+    return router
+
+
+def _has_labels(job: dict[str, Any], wanted: dict[str, Any]) -> bool:
+    have = {label["Key"]: label["Value"] for label in job["Labels"]}
+    return all(have.get(k) == str(v) for k, v in wanted.items())
+
+
+def _time(raw: str | None, field: str, default: float) -> float:
+    """A query time (UTC ISO 8601, ``2025-03-01T10:00:00Z``) as UNIX seconds; ``default`` if absent."""
+    if not raw:
+        return default
+    try:
+        when = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        raise wire.bad(field, f"'{raw}' is not a UTC time like 2025-03-01T10:00:00Z") from None
+    return (when if when.tzinfo is not None else when.replace(tzinfo=UTC)).timestamp()
+
+
+def _positive(raw: str | None, field: str, default: int) -> int:
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise wire.bad(field, f"'{raw}' is not an integer") from None
+    if value < 1:
+        raise wire.bad(field, f"'{raw}' must be at least 1")
+    return value

@@ -1,0 +1,96 @@
+"""AWS SageMaker training jobs (awsJson 1.1: ``POST /`` + ``X-Amz-Target: SageMaker.*``, SigV4,
+``{"__type", "Message"}`` errors), served from the same engine as every other platform."""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, Field
+
+from airflow_training_platform.errors import ApiError, request_id
+from airflow_training_platform.platforms.base import AppContext, LocalPlatform, platform_app, secret_setting
+from airflow_training_platform.platforms.sagemaker.routes import (
+    CONTENT_TYPE,
+    build_router,
+    is_sts,
+)
+from airflow_training_platform.platforms.sagemaker.wire import PLATFORM as NAME
+from airflow_training_platform.platforms.sagemaker.wire import TARGET_PREFIX
+
+
+class SageMakerOptions(BaseModel):
+    sagemaker_stop_grace_seconds: float = Field(
+        120.0,
+        ge=0,
+        description="after StopTrainingJob's SIGTERM, SIGKILL the algorithm after this (s), like AWS",
+    )
+    sagemaker_region: str = Field(
+        "us-east-1", description="the region in ARNs and the one SigV4 is checked for"
+    )
+    sagemaker_access_key_id: str | None = Field(
+        None, description="access key id requests must be signed with (unset: any well-formed signature)"
+    )
+    sagemaker_secret_access_key: str | None = secret_setting("its secret")
+
+
+def render_error(request: Request, err: ApiError) -> Response:
+    """awsJson errors: ``{"__type": code, "Message": text}``; client errors are HTTP 400 (403 for auth).
+    STS (query protocol) gets its XML ``ErrorResponse``."""
+    code = err.code if err.code and err.code[0].isupper() and "_" not in err.code else _CODES.get(err.status)
+    headers = {**err.headers, "x-amzn-RequestId": request_id(request)}
+    if is_sts(request.headers.get("authorization", "")):
+        xml = (
+            f"<ErrorResponse><Error><Type>Sender</Type><Code>{escape(code or 'InvalidAction')}</Code>"
+            f"<Message>{escape(err.message)}</Message></Error>"
+            f"<RequestId>{escape(request_id(request))}</RequestId></ErrorResponse>"
+        )
+        return Response(xml, status_code=err.status, headers=headers, media_type="text/xml")
+    return JSONResponse(
+        {"__type": code or "ValidationException", "Message": err.message},
+        status_code=err.status,
+        headers=headers,
+        media_type=CONTENT_TYPE,
+    )
+
+
+_CODES = {
+    400: "ValidationException",
+    403: "AccessDeniedException",
+    404: "UnknownOperationException",
+    429: "ThrottlingException",
+    500: "InternalFailure",
+    503: "ServiceUnavailable",
+}
+
+
+def serves(scope: dict[str, Any]) -> bool:
+    """An AWS-style ``POST /`` whose ``X-Amz-Target`` names a SageMaker operation, or an STS call."""
+    if scope.get("method") != "POST" or scope.get("path") != "/":
+        return False
+    headers = dict(scope.get("headers", []))
+    target = headers.get(b"x-amz-target", b"").decode("latin-1")
+    # STS GetCallerIdentity (the aws connection's Test button) has no target: its signature says sts
+    return target.startswith(TARGET_PREFIX) or (
+        not target and b"/sts/aws4_request" in headers.get(b"authorization", b"")
+    )
+
+
+def build(context: AppContext):
+    s = context.settings
+    key_pair = None
+    if s.sagemaker_access_key_id and s.sagemaker_secret_access_key:
+        key_pair = (s.sagemaker_access_key_id, s.sagemaker_secret_access_key)
+    router = build_router(
+        context.engine,
+        s.engine_config().data_dir,
+        s.sagemaker_region,
+        s.sagemaker_stop_grace_seconds,
+        key_pair,
+    )
+    return platform_app("SageMaker (local)", router, render_error, context.faults)
+
+
+PLATFORM = LocalPlatform(name=NAME, build=build, match=serves, options=SageMakerOptions)

@@ -1,0 +1,255 @@
+"""SageMaker training-job operations over the local engine: one ``POST /`` dispatched on
+``X-Amz-Target`` (``docs/platforms/sagemaker.md``), every request checked against AWS Signature
+Version 4 (:mod:`.sigv4`).
+
+Operations: ``CreateTrainingJob`` (``ResourceInUse`` for a name that exists), ``DescribeTrainingJob``
+(``ValidationException`` "Requested resource not found." for an unknown one), ``StopTrainingJob``
+(``{}``; ``ValidationException`` "... is in status Stopped." for a job that ended),
+``ListTrainingJobs`` (filters, sort, integer ``NextToken``), ``Search`` (``Resource=TrainingJob``;
+filters on ``TrainingJobName``, ``TrainingJobStatus`` and ``Tags.<key>``), ``AddTags``,
+``ListTags``, ``DeleteTags``. Also STS ``GetCallerIdentity`` (query protocol, XML), which the Amazon
+provider's connection Test button calls (with ``service_config.sts.endpoint_url`` set to here).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from html import escape
+from typing import Any
+from urllib.parse import parse_qs
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from airflow_training_platform.engine import (
+    InvalidJobSpec,
+    JobNotFound,
+    StateConflict,
+    TrainingEngine,
+)
+from airflow_training_platform.errors import ApiError
+from airflow_training_platform.platforms.common import tags_of
+from airflow_training_platform.platforms.sagemaker import wire
+from airflow_training_platform.platforms.sagemaker.sigv4 import verify
+
+CONTENT_TYPE = "application/x-amz-json-1.1"
+_NOT_FOUND = "Requested resource not found."
+_TERMINAL = ("succeeded", "failed", "cancelled")
+
+
+def build_router(
+    engine: TrainingEngine,
+    data_dir: str,
+    region: str,
+    stop_grace_seconds: float,
+    key_pair: tuple[str, str] | None,
+) -> APIRouter:
+    """The router: ``key_pair`` (access key id, secret) to verify signatures with, or ``None`` to
+    accept any signed request."""
+    router = APIRouter(tags=["sagemaker"])
+
+    def record(name: Any) -> dict[str, Any]:
+        try:
+            return engine.get(str(name), platform=wire.PLATFORM)
+        except JobNotFound:
+            raise ApiError(400, "ValidationException", _NOT_FOUND) from None
+
+    def by_arn(resource_arn: Any) -> dict[str, Any]:
+        name = str(resource_arn or "").rsplit("/", 1)[-1]
+        matches = [r for r in engine.list(wire.PLATFORM) if r["job_id"].lower() == name]
+        if not matches:
+            raise ApiError(400, "ValidationException", _NOT_FOUND)
+        return matches[0]
+
+    def create(body: dict[str, Any]) -> dict[str, Any]:
+        spec = wire.parse_create(body, data_dir, stop_grace_seconds)
+        try:
+            rec = engine.submit(spec)
+        except StateConflict:
+            raise ApiError(
+                400,
+                "ResourceInUse",
+                "Training job names must be unique within an AWS account and region, and a training job "
+                f"with this name already exists ({wire.arn(spec.name, region)})",
+            ) from None
+        except InvalidJobSpec as exc:
+            raise wire.bad(exc.field, str(exc)) from None
+        return {"TrainingJobArn": wire.arn(rec["job_id"], region)}
+
+    def describe(body: dict[str, Any]) -> dict[str, Any]:
+        return wire.job_to_wire(record(body.get("TrainingJobName")), region)
+
+    def stop(body: dict[str, Any]) -> dict[str, Any]:
+        name = str(body.get("TrainingJobName"))
+        rec = record(name)
+        if rec["state"] in _TERMINAL or rec["state"] == "stopping":
+            status = wire.job_to_wire(rec, region)["TrainingJobStatus"]
+            raise ApiError(
+                400,
+                "ValidationException",
+                f"The request was rejected because the training job is in status {status}.",
+            )
+        try:  # SageMaker always sends SIGTERM and waits (stop grace) for the algorithm to save its state
+            engine.cancel(
+                name,
+                reason="StopTrainingJob",
+                create_final_checkpoint=True,
+                platform=wire.PLATFORM,
+                request=body,
+            )
+        except StateConflict as exc:
+            raise ApiError(
+                400, "ValidationException", f"The training job is in status {exc.state}."
+            ) from None
+        return {}
+
+    def list_jobs(body: dict[str, Any]) -> dict[str, Any]:
+        recs = engine.list(wire.PLATFORM)
+        jobs = [wire.job_to_wire(r, region) for r in recs]
+        if (status := body.get("StatusEquals")) is not None:
+            jobs = [j for j in jobs if j["TrainingJobStatus"] == status]
+        if (text := body.get("NameContains")) is not None:
+            jobs = [j for j in jobs if text in j["TrainingJobName"]]
+        for key, cmp in (
+            ("CreationTimeAfter", lambda a, b: a > b),
+            ("CreationTimeBefore", lambda a, b: a < b),
+        ):
+            if (value := body.get(key)) is not None:
+                jobs = [j for j in jobs if cmp(j["CreationTime"], float(value))]
+        sort_key = {"Name": "TrainingJobName", "Status": "TrainingJobStatus"}.get(
+            body.get("SortBy", ""), "CreationTime"
+        )
+        jobs.sort(key=lambda j: j[sort_key], reverse=body.get("SortOrder", "Descending") == "Descending")
+        page, token = _page(jobs, body)
+        keys = ("TrainingJobName", "TrainingJobArn", "CreationTime", "TrainingEndTime", "LastModifiedTime",
+                "TrainingJobStatus", "SecondaryStatus")  # fmt: skip
+        out: dict[str, Any] = {"TrainingJobSummaries": [{k: j[k] for k in keys if k in j} for j in page]}
+        if token is not None:
+            out["NextToken"] = token
+        return out
+
+    def search(body: dict[str, Any]) -> dict[str, Any]:
+        if body.get("Resource") != "TrainingJob":
+            raise ApiError(400, "ValidationException", "Only Resource=TrainingJob is supported here")
+        expression = body.get("SearchExpression") or {}
+        filters = expression.get("Filters") or []
+        results = []
+        for rec in engine.list(wire.PLATFORM):
+            job = {**wire.job_to_wire(rec, region), "Tags": tags_of(rec)}
+            matched = [_matches(job, f) for f in filters]
+            if not filters or (all(matched) if expression.get("Operator", "And") == "And" else any(matched)):
+                results.append({"TrainingJob": job})
+        descending = body.get("SortOrder", "Descending") == "Descending"
+        results.sort(key=lambda r: r["TrainingJob"]["CreationTime"], reverse=descending)
+        page, token = _page(results, body)
+        out: dict[str, Any] = {"Results": page}
+        if token is not None:
+            out["NextToken"] = token
+        return out
+
+    def add_tags(body: dict[str, Any]) -> dict[str, Any]:
+        rec = by_arn(body.get("ResourceArn"))
+        new = {t["Key"]: t.get("Value", "") for t in body.get("Tags") or []}
+        kept = [t for t in tags_of(rec) if t["Key"] not in new]
+        engine.set_tags(
+            rec["job_id"], [f"{t['Key']}:{t['Value']}" for t in kept] + [f"{k}:{v}" for k, v in new.items()]
+        )
+        return {"Tags": [{"Key": k, "Value": v} for k, v in new.items()]}
+
+    def list_tags(body: dict[str, Any]) -> dict[str, Any]:
+        return {"Tags": tags_of(by_arn(body.get("ResourceArn")))}
+
+    def delete_tags(body: dict[str, Any]) -> dict[str, Any]:
+        rec = by_arn(body.get("ResourceArn"))
+        gone = set(body.get("TagKeys") or [])
+        engine.set_tags(
+            rec["job_id"], [f"{t['Key']}:{t['Value']}" for t in tags_of(rec) if t["Key"] not in gone]
+        )
+        return {}
+
+    operations: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+        "CreateTrainingJob": create,
+        "DescribeTrainingJob": describe,
+        "StopTrainingJob": stop,
+        "ListTrainingJobs": list_jobs,
+        "Search": search,
+        "AddTags": add_tags,
+        "ListTags": list_tags,
+        "DeleteTags": delete_tags,
+    }
+
+    @router.post("/")
+    async def dispatch(request: Request) -> Response:
+        raw = await request.body()
+        verify(request, raw, key_pair)
+        target = request.headers.get("x-amz-target", "")
+        if not target and is_sts(request.headers.get("authorization", "")):
+            return caller_identity(request, raw)
+        operation = operations.get(target.removeprefix(wire.TARGET_PREFIX))
+        if not target.startswith(wire.TARGET_PREFIX) or operation is None:
+            raise ApiError(400, "UnknownOperationException", f"Unknown operation {target}")
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError:
+            raise ApiError(
+                400, "SerializationException", "Start of structure or map found where not expected."
+            ) from None
+        if not isinstance(body, dict):
+            raise ApiError(400, "SerializationException", "the request body must be a JSON object")
+        return JSONResponse(operation(body), media_type=CONTENT_TYPE)
+
+    return router
+
+
+def is_sts(authorization: str) -> bool:
+    """A request signed for the ``sts`` service (its SigV4 credential scope says so)."""
+    return "/sts/aws4_request" in authorization
+
+
+def caller_identity(request: Request, raw: bytes) -> Response:
+    """STS ``GetCallerIdentity`` (``Action=GetCallerIdentity``, form-encoded) → its XML answer."""
+    form = parse_qs(raw.decode("utf-8", "replace"))
+    if form.get("Action") != ["GetCallerIdentity"]:
+        raise ApiError(400, "InvalidAction", f"Could not find operation {form.get('Action')} for STS")
+    key = re.search(r"Credential=([^/]+)/", request.headers.get("authorization", ""))
+    user = escape(key.group(1) if key else "local")
+    xml = (
+        '<GetCallerIdentityResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/">'
+        f"<GetCallerIdentityResult><Arn>arn:aws:iam::{wire.ACCOUNT}:user/local</Arn>"
+        f"<UserId>{user}</UserId><Account>{wire.ACCOUNT}</Account></GetCallerIdentityResult>"
+        "<ResponseMetadata><RequestId>local</RequestId></ResponseMetadata></GetCallerIdentityResponse>"
+    )
+    return Response(xml, media_type="text/xml")
+
+
+def _page(items: list[Any], body: dict[str, Any]) -> tuple[list[Any], str | None]:
+    limit = body.get("MaxResults", 100)
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 100:
+        raise wire.bad("maxResults", f"'{limit}' failed to satisfy constraint: must be between 1 and 100")
+    start = int(body.get("NextToken") or 0)
+    page = items[start : start + limit]
+    return page, (str(start + limit) if start + limit < len(items) else None)
+
+
+def _matches(job: dict[str, Any], flt: dict[str, Any]) -> bool:
+    name, op, value = flt.get("Name", ""), flt.get("Operator", "Equals"), flt.get("Value")
+    if name.startswith("Tags."):
+        key = name.removeprefix("Tags.")
+        actual = next((t["Value"] for t in job["Tags"] if t["Key"] == key), None)
+    else:
+        actual = job.get(name)
+    if op == "Exists":
+        return actual is not None
+    if op == "NotExists":
+        return actual is None
+    if actual is None:
+        return False
+    if op == "Equals":
+        return str(actual) == str(value)
+    if op == "NotEquals":
+        return str(actual) != str(value)
+    if op == "Contains":
+        return str(value) in str(actual)
+    raise ApiError(400, "ValidationException", f"Unsupported filter operator {op}")

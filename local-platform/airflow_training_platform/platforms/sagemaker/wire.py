@@ -1,0 +1,276 @@
+"""SageMaker awsJson 1.1 wire format ⇄ engine records (pure functions, no I/O).
+
+Wire contract: ``docs/platforms/sagemaker.md``. Choices where a local platform has to stand in for
+AWS:
+
+* **S3 is a directory.** ``s3://bucket/key`` is ``<data_dir>/s3/bucket/key`` (:func:`s3_path`). The
+  job's checkpoints are written straight into its ``CheckpointConfig.S3Uri`` (SageMaker syncs its
+  ``LocalPath`` there); a new job with the same ``S3Uri`` resumes from the latest checkpoint found
+  there, as SageMaker restores them into the container.
+* **The data set** is the last path segment of the ``train`` channel's (else the first channel's)
+  ``S3Uri`` when it names a bundled one (``s3://any/digits/`` → ``digits``); otherwise ``digits``.
+* **Hyperparameters** (strings on the wire): ``epochs``, ``batch_size``, ``learning_rate``,
+  ``hidden_units``, ``seed``, ``seconds_per_epoch``, ``checkpoint_seconds``; ``fail_with`` makes the
+  trainer fail at start with that message. A value that is not a number is a ``ValidationException``
+  naming it.
+* **Instances:** ``ResourceConfig.InstanceCount`` simulated GPUs.
+* **Statuses:** engine ``pending``/``queued`` → ``InProgress``/``Starting``; ``starting`` →
+  ``Downloading``; ``running`` → ``Training``; ``finalizing`` → ``Uploading``; ``stopping`` →
+  ``Stopping``; ``succeeded`` → ``Completed``; ``failed`` → ``Failed``; ``cancelled`` → ``Stopped``
+  (secondary ``MaxRuntimeExceeded`` when ``StoppingCondition.MaxRuntimeInSeconds`` stopped it).
+* **Money:** SageMaker reports ``BillableTimeInSeconds`` only; the answer adds ``x_local_cost_usd``
+  (the engine's cost), which AWS clients ignore.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from typing import Any
+
+from airflow_training_platform.engine import JobSpec
+from airflow_training_platform.errors import ApiError
+from airflow_training_platform.platforms.common import (
+    latest_checkpoint,
+    trainer_settings,
+)
+from airflow_training_platform.trainer import DATASETS
+
+PLATFORM = "sagemaker"
+ACCOUNT = "123456789012"
+TARGET_PREFIX = "SageMaker."
+NAME_PATTERN = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+MAX_RUNTIME_REASON = "max_runtime"
+UPLOAD_SECONDS = 0.3
+
+_SECONDARY = {
+    "pending": "Starting",
+    "queued": "Starting",
+    "starting": "Downloading",
+    "running": "Training",
+    "finalizing": "Uploading",
+    "stopping": "Stopping",
+    "succeeded": "Completed",
+    "failed": "Failed",
+    "cancelled": "Stopped",
+}
+_PRIMARY = {
+    "Starting": "InProgress",
+    "Downloading": "InProgress",
+    "Training": "InProgress",
+    "Uploading": "InProgress",
+    "Stopping": "Stopping",
+    "Completed": "Completed",
+    "Failed": "Failed",
+    "Stopped": "Stopped",
+    "MaxRuntimeExceeded": "Stopped",
+}
+_MESSAGES = {
+    "Starting": "Preparing the instances for training",
+    "Downloading": "Downloading input data",
+    "Training": "Training image download completed. Training in progress.",
+    "Uploading": "Uploading generated training model",
+    "Stopping": "Stopping the training job",
+    "Completed": "Training job completed",
+    "Stopped": "The training job was stopped",
+    "MaxRuntimeExceeded": "Training job runtime exceeded MaxRuntimeInSeconds provided",
+    "Failed": "Training job failed",
+}
+_METRICS = {
+    "train:loss": "loss",
+    "train:accuracy": "accuracy",
+    "validation:loss": "val_loss",
+    "validation:accuracy": "val_accuracy",
+}
+
+
+def bad(field: str, message: str) -> ApiError:
+    """A ``ValidationException`` naming the request field."""
+    return ApiError(400, "ValidationException", f"1 validation error detected: Value at '{field}' {message}")
+
+
+def arn(name: str, region: str) -> str:
+    return f"arn:aws:sagemaker:{region}:{ACCOUNT}:training-job/{name.lower()}"
+
+
+def s3_path(data_dir: str, uri: str) -> str:
+    """The directory standing in for ``s3://bucket/key``."""
+    match = re.match(r"^s3://([^/]+)/?(.*)$", uri)
+    if match is None:
+        raise bad("CheckpointConfig.S3Uri", f"'{uri}' failed to satisfy constraint: must be an s3:// URI")
+    return os.path.join(data_dir, "s3", match.group(1), *[p for p in match.group(2).split("/") if p])
+
+
+def _dataset(channels: Any) -> str:
+    if not isinstance(channels, list):
+        return "digits"
+    train = [c for c in channels if isinstance(c, dict) and c.get("ChannelName") == "train"] or channels
+    uri = ((train[0] if train else {}).get("DataSource") or {}).get("S3DataSource", {}).get("S3Uri", "")
+    last = [p for p in str(uri).split("/") if p]
+    name = last[-1].replace("-", "_").lower() if last else ""
+    return name if name in DATASETS else "digits"
+
+
+def _hyper(raw: Any) -> dict[str, Any]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise bad("hyperParameters", "failed to satisfy constraint: Member must be a map of strings")
+    return trainer_settings(
+        raw,
+        "hyperParameters",
+        lambda field, why: bad(field, f"'{raw[field.split('.')[-1]]}' failed to satisfy constraint: {why}"),
+    )
+
+
+def _required(body: dict[str, Any], key: str) -> dict[str, Any]:
+    value = body.get(key)
+    if not isinstance(value, dict):
+        raise bad(key[0].lower() + key[1:], "failed to satisfy constraint: Member must not be null")
+    return value
+
+
+def parse_create(body: Any, data_dir: str, stop_grace_seconds: float) -> JobSpec:
+    """``CreateTrainingJob`` body → engine JobSpec (job id = ``TrainingJobName``).
+
+    :raises ApiError: ``ValidationException`` naming the offending field.
+    """
+    if not isinstance(body, dict):
+        raise bad("body", "must be a JSON object")
+    name = body.get("TrainingJobName")
+    if not isinstance(name, str) or not NAME_PATTERN.match(name):
+        raise bad("trainingJobName", f"'{name}' failed to satisfy constraint: Member must satisfy regular "
+                  "expression pattern: ^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}")  # fmt: skip
+    if not isinstance(body.get("RoleArn"), str) or not body["RoleArn"].startswith("arn:"):
+        raise bad("roleArn", "failed to satisfy constraint: Member must not be null")
+    algorithm = _required(body, "AlgorithmSpecification")
+    if not (algorithm.get("TrainingImage") or algorithm.get("AlgorithmName")):
+        raise bad(
+            "algorithmSpecification.trainingImage", "failed to satisfy constraint: Member must not be null"
+        )
+    output = _required(body, "OutputDataConfig")
+    if not str(output.get("S3OutputPath", "")).startswith("s3://"):
+        raise bad("outputDataConfig.s3OutputPath", "failed to satisfy constraint: Member must not be null")
+    resources = _required(body, "ResourceConfig")
+    count = resources.get("InstanceCount", 1)
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise bad("resourceConfig.instanceCount", f"'{count}' failed to satisfy constraint: must be >= 1")
+    stopping = _required(body, "StoppingCondition")
+    max_runtime = stopping.get("MaxRuntimeInSeconds")
+    if max_runtime is not None and (
+        isinstance(max_runtime, bool) or not isinstance(max_runtime, int) or max_runtime < 1
+    ):
+        raise bad(
+            "stoppingCondition.maxRuntimeInSeconds",
+            f"'{max_runtime}' failed to satisfy constraint: must be >= 1",
+        )
+    tags = body.get("Tags") or []
+    if not isinstance(tags, list) or not all(
+        isinstance(t, dict) and isinstance(t.get("Key"), str) for t in tags
+    ):
+        raise bad("tags", "failed to satisfy constraint: Member must be a list of {Key, Value}")
+
+    hyper = _hyper(body.get("HyperParameters"))
+    resume_from = None
+    checkpoint_uri = (body.get("CheckpointConfig") or {}).get("S3Uri")
+    if checkpoint_uri:
+        directory = s3_path(data_dir, checkpoint_uri)
+        resume_from = latest_checkpoint(directory)
+        hyper["checkpoint_dir"] = directory
+    return JobSpec(
+        name=name,
+        platform=PLATFORM,
+        dataset=_dataset(body.get("InputDataConfig")),
+        hyperparameters=hyper,
+        gpu_count=count,
+        tags=[f"{t['Key']}:{t.get('Value', '')}" for t in tags],
+        labels={"instance_type": str(resources.get("InstanceType", ""))},
+        resume_from=resume_from,
+        request=body,
+        job_id=name,
+        finalize_stages=[{"name": "Uploading", "seconds": UPLOAD_SECONDS, "event_type": "uploading"}],
+        stop_grace_seconds=stop_grace_seconds,
+        max_runtime_seconds=float(max_runtime) if max_runtime else None,
+    )
+
+
+def secondary_of(rec: dict[str, Any], state: str | None = None) -> str:
+    """The ``SecondaryStatus`` of a record (or of one of its history ``state``\\ s)."""
+    state = state or rec["state"]
+    if state == "cancelled" and (rec.get("cancel") or {}).get("reason") == MAX_RUNTIME_REASON:
+        return "MaxRuntimeExceeded"
+    return _SECONDARY[state]
+
+
+def transitions(rec: dict[str, Any]) -> list[dict[str, Any]]:
+    """``SecondaryStatusTransitions`` from the engine's state history (consecutive repeats merged)."""
+    out: list[dict[str, Any]] = []
+    for entry in rec["state_history"]:
+        status = secondary_of(rec, entry["state"])
+        if out and out[-1]["Status"] == status:
+            continue
+        if out:
+            out[-1]["EndTime"] = entry["at"]
+        message = _MESSAGES[status]
+        if status == "Failed" and rec.get("error"):
+            message = f"Training job failed: {rec['error']}"
+        out.append({"Status": status, "StartTime": entry["at"], "StatusMessage": message})
+    if out and rec["state"] in ("succeeded", "failed", "cancelled"):
+        out[-1]["EndTime"] = out[-1]["StartTime"]
+    return out
+
+
+def job_to_wire(rec: dict[str, Any], region: str) -> dict[str, Any]:
+    """Engine record → ``DescribeTrainingJob`` answer."""
+    req = rec.get("request") or {}
+    secondary = secondary_of(rec)
+    status = _PRIMARY[secondary]
+    name = rec["job_id"]
+    out: dict[str, Any] = {
+        "TrainingJobName": name,
+        "TrainingJobArn": arn(name, region),
+        "TrainingJobStatus": status,
+        "SecondaryStatus": secondary,
+        "AlgorithmSpecification": req.get("AlgorithmSpecification"),
+        "RoleArn": req.get("RoleArn"),
+        "InputDataConfig": req.get("InputDataConfig") or [],
+        "OutputDataConfig": req.get("OutputDataConfig"),
+        "ResourceConfig": req.get("ResourceConfig"),
+        "StoppingCondition": req.get("StoppingCondition"),
+        "HyperParameters": req.get("HyperParameters") or {},
+        "ModelArtifacts": {
+            "S3ModelArtifacts": f"{req['OutputDataConfig']['S3OutputPath'].rstrip('/')}/{name}/output/model.tar.gz"
+        },
+        "CreationTime": rec["created_at"],
+        "LastModifiedTime": rec["updated_at"] or rec["created_at"],
+        "SecondaryStatusTransitions": transitions(rec),
+        "x_local_cost_usd": round(rec["cost"]["current_usd"], 6),
+    }
+    if req.get("CheckpointConfig"):
+        out["CheckpointConfig"] = req["CheckpointConfig"]
+    if rec.get("running_at"):
+        out["TrainingStartTime"] = rec["running_at"]
+    if rec["state"] in ("succeeded", "failed", "cancelled"):
+        out["TrainingEndTime"] = rec["exited_at"] or rec["finished_at"]
+        seconds = int(math.ceil(rec["cost"]["wall_seconds"]))
+        out["TrainingTimeInSeconds"] = seconds
+        out["BillableTimeInSeconds"] = seconds * int(rec["gpu_count"])
+    if rec["state"] == "failed":
+        out["FailureReason"] = f"AlgorithmError: {rec.get('error') or 'training failed'}"[:1024]
+    metrics = rec.get("metrics") or {}
+    stamp = rec["updated_at"] or rec["created_at"]
+    out["FinalMetricDataList"] = [
+        {"MetricName": wire_name, "Value": float(metrics[key]), "Timestamp": stamp}
+        for wire_name, key in _METRICS.items()
+        if isinstance(metrics.get(key), int | float)
+    ]
+    return out
+
+
+def summary_to_wire(rec: dict[str, Any], region: str) -> dict[str, Any]:
+    """Engine record → a ``ListTrainingJobs`` summary."""
+    job = job_to_wire(rec, region)
+    keys = ("TrainingJobName", "TrainingJobArn", "CreationTime", "TrainingEndTime", "LastModifiedTime",
+            "TrainingJobStatus", "SecondaryStatus")  # fmt: skip
+    return {k: job[k] for k in keys if k in job}
