@@ -83,7 +83,7 @@ def dev_stack(
     """
     workdir.mkdir(parents=True, exist_ok=True)
     # every key pair's signatures checked: a wrong secret is refused
-    options = server_options(seconds_per_epoch=1.0, gpus=4, **platform_options)
+    options = server_options(**{"seconds_per_epoch": 1.0, "gpus": 4, **platform_options})
     postgres = PostgresServer().start()
     try:
         with LocalPlatformServer(str(workdir / "platform"), **options) as platform:

@@ -92,7 +92,7 @@ class KillPathEnv:
             str(root / "platform"),
             gpus=24,
             seconds_per_epoch=0.5,
-            grace_seconds=40,  # K23: a stop writes a slow final checkpoint (up to 2 x 15 s)
+            grace_seconds=40,  # K23: a stop writes a slow final checkpoint (up to 2 x 10 s, more on a busy machine)
             **server_options(
                 sagemaker_stop_grace_seconds=40, pai_stop_grace_seconds=40, modelarts_stop_grace_seconds=40
             ),

@@ -393,9 +393,9 @@ def _kill_worker(stack, dag, run_id) -> None:
 
 def _wait_log(stack, dag, run_id, try_number, text, timeout=90) -> None:
     deadline = time.monotonic() + timeout
-    while text not in stack.task_log(dag, run_id, "train", try_number):
+    while text not in (log := stack.task_log(dag, run_id, "train", try_number)):
         if time.monotonic() > deadline:
-            raise AssertionError(f"{text!r} never appeared in the log of try {try_number}")
+            raise AssertionError(f"{text!r} never appeared in the log of try {try_number}:\n{log[-3000:]}")
         time.sleep(1)
 
 
