@@ -54,6 +54,21 @@ class GiveUp(StrEnum):
     CLEARED = "Airflow task was cleared; a new try starts"
     START_FAILED = "Airflow task failed before it could wait for the job"
 
+    @classmethod
+    def at_deadline(cls, kind: str) -> GiveUp:
+        """The give-up of a task deadline that passed with the job running: ``defer_timeout`` →
+        :attr:`DEFER_TIMEOUT`, ``execution_timeout`` → :attr:`EXECUTION_TIMEOUT`.
+
+        :raises ValueError: any other kind (a sensor's own ``timeout`` never gives up on a job).
+        """
+        if kind == "defer_timeout":
+            return cls.DEFER_TIMEOUT
+        if kind == "execution_timeout":
+            return cls.EXECUTION_TIMEOUT
+        raise ValueError(
+            f"deadline {kind!r} gives up on no job (expected execution_timeout or defer_timeout)"
+        )
+
 
 @dataclass(frozen=True)
 class Decision:

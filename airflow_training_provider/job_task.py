@@ -322,10 +322,10 @@ class TrainingJobTaskMixin(_Host):
         """
         from airflow.sdk.exceptions import TaskDeferralTimeout
 
-        exception: type[BaseException]
-        why, exception = GiveUp.EXECUTION_TIMEOUT, AirflowTaskTimeout
-        if outcome.kind == "defer_timeout":
-            why, exception = GiveUp.DEFER_TIMEOUT, TaskDeferralTimeout
+        why = GiveUp.at_deadline(outcome.kind)
+        exception: type[BaseException] = (
+            TaskDeferralTimeout if why is GiveUp.DEFER_TIMEOUT else AirflowTaskTimeout
+        )
         what = platform_job(platform=self._platform_name(), job_id=outcome.job_id)
         decision = self.cancel_policy.decide(why)
         if decision.cancel:

@@ -166,7 +166,7 @@ def wait_for_job(
     if deadline_kind == "sensor_timeout":
         message = f"Sensor timed out waiting for training job {job_id} (still {job.state.value}); the job keeps running"
         return DeadlineReached(job_id=job_id, job=job, kind=deadline_kind, message=message)
-    why = GiveUp.DEFER_TIMEOUT if deadline_kind == "defer_timeout" else GiveUp.EXECUTION_TIMEOUT
+    why = GiveUp.at_deadline(deadline_kind)
     decision = policy.decide(why)
     outcome = DeadlineReached(
         job_id=job_id, job=job, kind=deadline_kind, message=f"{deadline_kind} reached; {decision.reason}"

@@ -277,3 +277,16 @@ def test_identity_tags_round_trip_and_state_key():
     assert ident.state_key == "train_3"
     assert TaskIdentity("d", "r", "t").state_key == "t"
     assert TaskIdentity.from_tags(["team:x"]) is None
+
+
+@pytest.mark.parametrize(
+    "kind, why",
+    [("execution_timeout", GiveUp.EXECUTION_TIMEOUT), ("defer_timeout", GiveUp.DEFER_TIMEOUT)],
+)
+def test_a_task_deadline_names_its_give_up(kind, why):
+    assert GiveUp.at_deadline(kind) is why
+
+
+def test_a_sensor_timeout_gives_up_on_no_job():
+    with pytest.raises(ValueError, match="sensor_timeout"):
+        GiveUp.at_deadline("sensor_timeout")
