@@ -9,11 +9,12 @@ import importlib.metadata
 
 import pytest
 
+from airflow_training_devel.local_fixtures import LOCAL_FIXTURES
 from airflow_training_provider.hooks.training import TrainingPlatformHook
 from airflow_training_provider.hooks.training_async import AsyncTrainingPlatformHook
 from airflow_training_provider.hooks.transport import USER_AGENT
 
-CONNS = ["tensorone", "together", "aws", "pai", "modelarts"]
+CONNS = sorted(LOCAL_FIXTURES)  # every platform's local connection
 
 
 def test_the_user_agent_names_the_installed_provider_version():

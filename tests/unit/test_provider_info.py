@@ -6,6 +6,7 @@ from importlib.metadata import entry_points
 
 from airflow_training_provider.get_provider_info import get_provider_info
 from airflow_training_provider.hooks.training import TensorOneHook, TogetherHook
+from airflow_training_provider.platforms import PLATFORMS
 
 
 def test_entry_point_resolves_to_provider_info():
@@ -19,7 +20,8 @@ def test_entry_point_resolves_to_provider_info():
 
 def test_connection_types_and_forms():
     types = {c["connection-type"]: c for c in get_provider_info()["connection-types"]}
-    assert set(types) == {"tensorone", "together", "pai", "modelarts"}  # aws belongs to the Amazon provider
+    # every platform registers its connection type but AWS's, which belongs to the Amazon provider
+    assert set(types) == {p.conn_type for p in PLATFORMS.values()} - {"aws"}
     pai = types["pai"]
     assert pai["ui-field-behaviour"]["hidden-fields"] == ["schema", "port"]
     assert pai["ui-field-behaviour"]["relabeling"]["login"] == "AccessKey ID"
