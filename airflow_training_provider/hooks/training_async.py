@@ -11,7 +11,6 @@ reuses a connection instead of opening one (a TLS handshake per poll against a r
 from __future__ import annotations
 
 import asyncio
-import hashlib
 from collections.abc import Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -79,14 +78,6 @@ async def shared_session(key: tuple[Any, ...], make: Callable[[], aiohttp.Client
         await _release(key, entry)
 
 
-def _credentials_key(connection: PlatformConnection, conn_id: str) -> str:
-    """A digest of the connection's credentials (never the secrets themselves), to key sessions."""
-    c = connection.credentials
-    fields = (c.api_key, c.access_key_id, c.secret_access_key, c.session_token, c.region, c.project)
-    source = f"source:{conn_id}" if c.source is not None else ""
-    return hashlib.sha256(repr((fields, source)).encode()).hexdigest()
-
-
 class AsyncTrainingPlatformHook(HttpAsyncHook):
     """Async access to the platform behind ``conn_id``.
 
@@ -143,7 +134,7 @@ class AsyncTrainingPlatformHook(HttpAsyncHook):
         shared = _acquire(
             (
                 platform.base_url,
-                _credentials_key(platform, self.conn_id),
+                platform.credentials.fingerprint(),  # a digest: no secret in the key
                 tuple(sorted(headers.items())),
                 tuple(sorted(options.items())),
                 self.retry_policy.call_timeout,

@@ -8,9 +8,16 @@ from airflow_training_provider.platforms import modelarts, pai, sagemaker, tenso
 from airflow_training_provider.platforms.base import (
     ApiRequest,
     Capabilities,
-    Credentials,
     Dialect,
     HttpRequest,
+)
+from airflow_training_provider.platforms.credentials import (
+    TOKEN_CACHE,
+    Credentials,
+    CredentialSource,
+    Expiring,
+    SigningKeys,
+    TokenCache,
 )
 from airflow_training_provider.platforms.descriptor import PlatformDescriptor
 
@@ -63,12 +70,17 @@ def get_dialect(conn_type: str) -> Dialect:
 
 __all__ = [
     "PLATFORMS",
+    "TOKEN_CACHE",
     "ApiRequest",
     "Capabilities",
+    "CredentialSource",
     "Credentials",
     "Dialect",
+    "Expiring",
     "HttpRequest",
     "PlatformDescriptor",
+    "SigningKeys",
+    "TokenCache",
     "dialect_class",
     "display_name",
     "get_dialect",

@@ -45,6 +45,7 @@ from airflow_training_provider.models import (
     MetricPoint,
     TrainingJob,
 )
+from airflow_training_provider.platforms.credentials import Credentials  # still importable from here
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -388,31 +389,6 @@ class Capabilities:
         if self.list_jobs:
             served["list_jobs"] = ("list_request", "parse_list")
         return served
-
-
-@dataclass(frozen=True)
-class Credentials:
-    """What a dialect may use to authenticate, read from the connection by its platform descriptor.
-
-    Secrets are kept out of ``repr``. A platform uses the fields it needs:
-
-    :ivar api_key: bearer-style API key (TensorOne, Together).
-    :ivar access_key_id: access key id of a signed cloud API (AWS, Huawei, Alibaba).
-    :ivar secret_access_key: the matching secret.
-    :ivar session_token: temporary-credential token (STS), when there is one.
-    :ivar region: cloud region, e.g. ``us-east-1``.
-    :ivar project: project or workspace id the API's paths or headers carry.
-    :ivar source: a provider of refreshable credentials the dialect asks at signing time (AWS:
-        botocore's credentials, refreshed when a role session expires); ``None`` for static ones.
-    """
-
-    api_key: str | None = field(default=None, repr=False)
-    access_key_id: str | None = None
-    secret_access_key: str | None = field(default=None, repr=False)
-    session_token: str | None = field(default=None, repr=False)
-    region: str | None = None
-    project: str | None = None
-    source: Any = field(default=None, repr=False, compare=False)
 
 
 class Dialect(ABC):

@@ -9,12 +9,13 @@ the hooks read its credentials through it. A new platform writes one descriptor 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from airflow_training_provider.errors import PlatformAuthError
-from airflow_training_provider.platforms.base import Credentials, Dialect
+from airflow_training_provider.platforms.base import Dialect
+from airflow_training_provider.platforms.credentials import Credentials, CredentialSource, connection_fields
 
 _LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 
@@ -68,11 +69,14 @@ class PlatformDescriptor:
     :ivar default_base_url: API base URL used when the connection has no host; may contain
         ``{region}`` and ``{project}``, filled from the credentials.
     :ivar docs_url: the vendor's API documentation.
-    :ivar credentials: where each :class:`~airflow_training_provider.platforms.base.Credentials`
-        field comes from: ``"login"``, ``"password"`` or ``"extra.<key>"``.
+    :ivar credentials: where each field of :attr:`credentials_class` comes from: ``"login"``,
+        ``"password"`` or ``"extra.<key>"``.
     :ivar required_credentials: credentials fields a connection must set; checked before any call.
     :ivar labels: form label of each credentials field (and of ``"host"``).
     :ivar placeholders: form placeholder of each credentials field (and of ``"host"``).
+    :ivar credentials_class: the :class:`~airflow_training_provider.platforms.credentials.Credentials`
+        (sub)class the connection is read into: a platform with credentials of its own (an OAuth
+        client id and secret, a workspace) subclasses it and names the subclass here.
     """
 
     conn_type: str
@@ -85,9 +89,10 @@ class PlatformDescriptor:
     required_credentials: tuple[str, ...] = ("api_key",)
     labels: Mapping[str, str] = field(default_factory=lambda: {"api_key": "API key"})
     placeholders: Mapping[str, str] = field(default_factory=dict)
+    credentials_class: type[Credentials] = Credentials
 
     def __post_init__(self) -> None:
-        known = {f.name for f in fields(Credentials)}
+        known = connection_fields(self.credentials_class)
         for name, source in self.credentials.items():
             if name not in known:
                 raise ValueError(f"{self.conn_type}: unknown credentials field {name!r}")
@@ -126,11 +131,20 @@ class PlatformDescriptor:
             raise PlatformAuthError(
                 f"Connection {conn.conn_id!r} ({self.display_name}) has no {labels}: set its {' and '.join(missing)}"
             )
+        source = self.credential_source(credentials, conn)
+        if source is not None:
+            credentials = replace(credentials, source=source)
         reserved = {k for key in self.extra_keys for k in (key, f"extra__{self.conn_type}__{key}")}
         extra = {k: v for k, v in (conn.extra_dejson or {}).items() if k not in reserved}
         return ConnectionParts(
             credentials, base_url_of(conn.host, conn.schema, conn.port, self.default_url(credentials)), extra
         )
+
+    def credential_source(self, credentials: Credentials, conn: Any) -> CredentialSource[Any] | None:
+        """Where expiring credentials come from for connection ``conn``, read into ``credentials``
+        (set as their ``source`` by :meth:`connect`): an OAuth platform returns its token exchange
+        here. ``None`` (the default): the credentials are used as read."""
+        return None
 
     @property
     def credential_hint(self) -> str:
@@ -142,8 +156,8 @@ class PlatformDescriptor:
         return self.labels.get(name, name.replace("_", " "))
 
     def read_credentials(self, conn: Any) -> Credentials:
-        """The credentials in Airflow connection ``conn``. An extra is read under its plain key or
-        the form's ``extra__<conn_type>__<key>`` key."""
+        """The credentials in Airflow connection ``conn``, as a :attr:`credentials_class`. An extra
+        is read under its plain key or the form's ``extra__<conn_type>__<key>`` key."""
         extra = conn.extra_dejson or {}
         values: dict[str, Any] = {}
         for name, source in self.credentials.items():
@@ -153,7 +167,7 @@ class PlatformDescriptor:
             else:
                 value = getattr(conn, source, None)
             values[name] = value if value not in ("", None) else None
-        return Credentials(**values)
+        return self.credentials_class(**values)
 
     def missing_credentials(self, credentials: Credentials) -> list[str]:
         """Required credentials fields that are empty, as the connection field to set (``password``)."""

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, cast
 from urllib.parse import parse_qsl, urlsplit
@@ -619,14 +619,7 @@ class ModelArtsPlatformDescriptor(PlatformDescriptor):
                     "(pip install 'airflow-training-provider[modelarts]')"
                 ) from None
         region = credentials.region or DEFAULT_REGION
-        credentials = Credentials(
-            api_key=credentials.api_key,
-            access_key_id=credentials.access_key_id,
-            secret_access_key=credentials.secret_access_key,
-            session_token=credentials.session_token,
-            region=region,
-            project=credentials.project,
-        )
+        credentials = replace(credentials, region=region)
         reserved = {k for key in self.extra_keys for k in (key, f"extra__{self.conn_type}__{key}")}
         extra = {k: v for k, v in (conn.extra_dejson or {}).items() if k not in reserved}
         host = base_url_of(conn.host, conn.schema, conn.port, endpoint_of(region))

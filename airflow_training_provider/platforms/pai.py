@@ -24,7 +24,7 @@ import json
 import re
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -64,6 +64,7 @@ from airflow_training_provider.platforms.base import (
     try_job_name,
     with_tag_pairs,
 )
+from airflow_training_provider.platforms.credentials import SelfRefreshingSource, SigningKeys
 from airflow_training_provider.platforms.descriptor import ConnectionParts, PlatformDescriptor, base_url_of
 
 API_VERSION = "2022-01-12"
@@ -436,17 +437,11 @@ class PaiDialect(Dialect):
     def authenticate(self, request: HttpRequest, credentials: Credentials) -> dict[str, str]:
         """ACS3-HMAC-SHA256 by Alibaba's signer (``alibabacloud_tea_openapi``) over the method, path,
         query, every header sent (``host``, ``accept``, ``content-type`` and the ``x-acs-*`` ones)
-        and the body's SHA-256; credentials from the Alibaba credential chain are asked first."""
+        and the body's SHA-256; keys from the Alibaba credential chain come through the token cache
+        (:class:`AlibabaCredentialChain`)."""
         from alibabacloud_tea_openapi.utils import Utils  # extra [pai]
 
-        key_id, secret, token = (
-            credentials.access_key_id,
-            credentials.secret_access_key,
-            credentials.session_token,
-        )
-        if credentials.source is not None:
-            current = credentials.source.get_credential()
-            key_id, secret, token = current.access_key_id, current.access_key_secret, current.security_token
+        key_id, secret, token = credentials.signing_keys()
         url = urlsplit(request.url)
         added = {
             "host": url.netloc,
@@ -662,14 +657,7 @@ class PaiPlatformDescriptor(PlatformDescriptor):
         source = None
         if not (credentials.access_key_id and credentials.secret_access_key):
             source = _credential_chain(conn.conn_id, self.display_name)
-        credentials = Credentials(
-            access_key_id=credentials.access_key_id,
-            secret_access_key=credentials.secret_access_key,
-            session_token=credentials.session_token,
-            region=region,
-            project=credentials.project,
-            source=source,
-        )
+        credentials = replace(credentials, region=region, source=source)
         reserved = {k for key in self.extra_keys for k in (key, f"extra__{self.conn_type}__{key}")}
         extra = {k: v for k, v in (conn.extra_dejson or {}).items() if k not in reserved}
         base_url = base_url_of(conn.host, conn.schema, conn.port, endpoint_of(region))
@@ -679,7 +667,29 @@ class PaiPlatformDescriptor(PlatformDescriptor):
         return endpoint_of(credentials.region or DEFAULT_REGION)
 
 
-def _credential_chain(conn_id: str, display_name: str) -> Any:
+class AlibabaCredentialChain(SelfRefreshingSource):
+    """The keys of Alibaba's default credential chain (``alibabacloud_credentials.client.Client``:
+    environment variables, ``~/.aliyun``, OIDC, the ECS RAM role) as a credential source.
+
+    The client refreshes temporary keys itself before their last 15 minutes and does not tell their
+    expiry: the keys are held 300 s and the client asked again after 150 s
+    (:class:`~airflow_training_provider.platforms.credentials.SelfRefreshingSource`). The chain reads
+    the process's environment, not the connection: every connection without an AccessKey shares
+    one held value.
+
+    :param client: the credential client.
+    """
+
+    def __init__(self, client: Any) -> None:
+        super().__init__("alibaba:default-credential-chain")
+        self._client = client
+
+    def current(self) -> SigningKeys:
+        current = self._client.get_credential()
+        return SigningKeys(current.access_key_id, current.access_key_secret, current.security_token)
+
+
+def _credential_chain(conn_id: str, display_name: str) -> AlibabaCredentialChain:
     """Alibaba's default credential provider, or a :class:`PlatformAuthError` naming the fields."""
     hint = (
         f"Connection {conn_id!r} ({display_name}) has no AccessKey: set its login (AccessKey ID) and "
@@ -693,11 +703,11 @@ def _credential_chain(conn_id: str, display_name: str) -> Any:
             hint + " (the credential chain needs: pip install 'airflow-training-provider[pai]')"
         ) from None
     try:
-        source = Client()
-        source.get_credential()  # fail now, with our message, when the chain finds nothing
+        client = Client()
+        client.get_credential()  # fail now, with our message, when the chain finds nothing
     except Exception as exc:  # noqa: BLE001 - the chain raises several kinds when it finds nothing
         raise PlatformAuthError(f"{hint} ({exc.__class__.__name__})") from None
-    return source
+    return AlibabaCredentialChain(client)
 
 
 PLATFORM = PaiPlatformDescriptor(

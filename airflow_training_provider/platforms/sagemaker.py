@@ -8,7 +8,8 @@ found" are HTTP 400, so :meth:`SageMakerDialect.classify_error` reads the code, 
 The connection is Airflow's ``aws`` connection (apache-airflow-providers-amazon): access keys,
 session token, ``role_arn``, profile, environment and instance credentials, ``region_name``, and
 ``endpoint_url`` in the extras (how the local training platform is reached). Credentials come from
-the Amazon provider's session factory and are refreshed by botocore when they expire.
+the Amazon provider's session factory and are refreshed by botocore when they expire; the dialect
+asks for them through the token cache (:class:`BotocoreCredentials`).
 
 Idempotent submit: SageMaker has no client token and names are unique per account and region, so
 the job name is derived from the task-instance try (:func:`job_name`): re-sending a create that
@@ -59,6 +60,12 @@ from airflow_training_provider.platforms.base import (
     tag_pairs,
     try_job_name,
     with_tag_pairs,
+)
+from airflow_training_provider.platforms.credentials import (
+    Expiring,
+    SelfRefreshingSource,
+    SigningKeys,
+    secret_digest,
 )
 from airflow_training_provider.platforms.descriptor import ConnectionParts, PlatformDescriptor, base_url_of
 
@@ -404,20 +411,13 @@ class SageMakerDialect(Dialect):
 
     def authenticate(self, request: HttpRequest, credentials: Credentials) -> dict[str, str]:
         """AWS Signature Version 4 by botocore over the method, URL, ``Content-Type``,
-        ``X-Amz-Target`` and body; refreshable credentials are refreshed by botocore first."""
+        ``X-Amz-Target`` and body; the keys of the session come through the token cache
+        (:class:`BotocoreCredentials`)."""
         from botocore.auth import SigV4Auth
         from botocore.awsrequest import AWSRequest
         from botocore.credentials import Credentials as BotoCredentials
 
-        if credentials.source is not None:
-            frozen = credentials.source.get_frozen_credentials()
-            boto = BotoCredentials(frozen.access_key, frozen.secret_key, frozen.token)
-        else:
-            boto = BotoCredentials(
-                credentials.access_key_id or "",
-                credentials.secret_access_key or "",
-                credentials.session_token,
-            )
+        boto = BotoCredentials(*credentials.signing_keys())
         signed = {k: v for k, v in request.headers.items() if k.lower() in ("content-type", "x-amz-target")}
         aws = AWSRequest(method=request.method, url=request.url, data=request.body, headers=signed)
         SigV4Auth(boto, SIGNING_NAME, credentials.region or "us-east-1").add_auth(aws)
@@ -543,6 +543,32 @@ class SageMakerDialect(Dialect):
 
 
 # -- the platform: reached through Airflow's ``aws`` connection ---------------------------------------
+class BotocoreCredentials(SelfRefreshingSource):
+    """The keys of an AWS session (botocore's credentials: static keys, or refreshable ones from an
+    assumed role, SSO, the container or instance role) as a credential source.
+
+    botocore refreshes refreshable keys itself before their last 10 minutes, and its expiry time is
+    a private attribute: the keys are held 300 s and botocore is asked again after 150 s
+    (:class:`~airflow_training_provider.platforms.credentials.SelfRefreshingSource`). Static keys
+    never expire and are asked for once.
+
+    :param credentials: the session's ``get_credentials()``.
+    :param key: names the connection's credential settings without their secrets
+        (:meth:`AwsPlatformDescriptor.connect`).
+    """
+
+    def __init__(self, credentials: Any, key: str) -> None:
+        super().__init__(key)
+        self._credentials = credentials
+
+    def current(self) -> SigningKeys | Expiring[SigningKeys]:
+        from botocore.credentials import RefreshableCredentials
+
+        frozen = self._credentials.get_frozen_credentials()  # refreshes first when botocore says so
+        keys = SigningKeys(frozen.access_key, frozen.secret_key, frozen.token)
+        return keys if isinstance(self._credentials, RefreshableCredentials) else Expiring(keys, None)
+
+
 @dataclass(frozen=True)
 class AwsPlatformDescriptor(PlatformDescriptor):
     """A platform reached through Airflow's ``aws`` connection (apache-airflow-providers-amazon,
@@ -574,7 +600,11 @@ class AwsPlatformDescriptor(PlatformDescriptor):
         region = factory.region_name or session.region_name or "us-east-1"
         endpoint = factory.conn.get_service_endpoint_url(self.service)
         base_url = base_url_of(endpoint, None, None, self.default_url(Credentials(region=region)))
-        credentials = Credentials(access_key_id=source.access_key, region=region, source=source)
+        # the same settings give the same keys: one held value, one HTTP session per settings
+        key = f"aws:{source.method}#{secret_digest(conn.login, conn.password, conn.extra, region)}"
+        credentials = Credentials(
+            access_key_id=source.access_key, region=region, source=BotocoreCredentials(source, key)
+        )
         return ConnectionParts(credentials, base_url, {})
 
     @property
