@@ -7,10 +7,10 @@ from airflow_training_platform.platforms import modelarts, pai, sagemaker, tenso
 from airflow_training_platform.platforms.base import AppContext, LocalPlatform
 
 LOCAL_PLATFORMS: tuple[LocalPlatform, ...] = (
+    sagemaker.PLATFORM,  # first: told apart by its signature, and S3's /<bucket> may be any path
     modelarts.PLATFORM,  # before TensorOne: a project id may start with 'training'
     tensorone.PLATFORM,
     together.PLATFORM,
-    sagemaker.PLATFORM,
     pai.PLATFORM,
 )
 

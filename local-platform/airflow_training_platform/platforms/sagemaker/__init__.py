@@ -1,5 +1,7 @@
 """AWS SageMaker training jobs (awsJson 1.1: ``POST /`` + ``X-Amz-Target: SageMaker.*``, SigV4,
-``{"__type", "Message"}`` errors), served from the same engine as every other platform."""
+``{"__type", "Message"}`` errors), served from the same engine as every other platform, and the S3
+object API over the directories its jobs read and write (:mod:`.s3`: path-style, REST-XML, SigV4
+for ``s3``)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from pydantic import BaseModel, Field
 
 from airflow_training_platform.errors import ApiError, request_id
 from airflow_training_platform.platforms.base import AppContext, LocalPlatform, platform_app, secret_setting
+from airflow_training_platform.platforms.sagemaker import s3
 from airflow_training_platform.platforms.sagemaker.routes import (
     CONTENT_TYPE,
     build_router,
@@ -38,7 +41,9 @@ class SageMakerOptions(BaseModel):
 
 def render_error(request: Request, err: ApiError) -> Response:
     """awsJson errors: ``{"__type": code, "Message": text}``; client errors are HTTP 400 (403 for auth).
-    STS (query protocol) gets its XML ``ErrorResponse``."""
+    STS (query protocol) gets its XML ``ErrorResponse``, S3 its XML ``Error``."""
+    if s3.is_s3(request.scope):
+        return s3.render_error(request, err)
     code = err.code if err.code and err.code[0].isupper() and "_" not in err.code else _CODES.get(err.status)
     headers = {**err.headers, "x-amzn-RequestId": request_id(request)}
     if is_sts(request.headers.get("authorization", "")):
@@ -67,7 +72,10 @@ _CODES = {
 
 
 def serves(scope: dict[str, Any]) -> bool:
-    """An AWS-style ``POST /`` whose ``X-Amz-Target`` names a SageMaker operation, or an STS call."""
+    """An AWS-style ``POST /`` whose ``X-Amz-Target`` names a SageMaker operation, an STS call, or
+    an S3 request (any method and path: its signature's scope says ``s3``)."""
+    if s3.is_s3(scope):
+        return True
     if scope.get("method") != "POST" or scope.get("path") != "/":
         return False
     headers = dict(scope.get("headers", []))
@@ -83,13 +91,12 @@ def build(context: AppContext):
     key_pair = None
     if s.sagemaker_access_key_id and s.sagemaker_secret_access_key:
         key_pair = (s.sagemaker_access_key_id, s.sagemaker_secret_access_key)
+    data_dir = s.engine_config().data_dir
     router = build_router(
-        context.engine,
-        s.engine_config().data_dir,
-        s.sagemaker_region,
-        s.sagemaker_stop_grace_seconds,
-        key_pair,
+        context.engine, data_dir, s.sagemaker_region, s.sagemaker_stop_grace_seconds, key_pair
     )
+    # after SageMaker's POST /: S3 serves GET / (ListBuckets) and every /<bucket>[/<key>]
+    router.include_router(s3.build_s3_router(data_dir, s.sagemaker_region, key_pair))
     return platform_app("SageMaker (local)", router, render_error, context.faults)
 
 

@@ -1,15 +1,22 @@
-"""Checking AWS Signature Version 4 on the local SageMaker, with botocore's own signer.
+"""Checking AWS Signature Version 4 on the local SageMaker and S3, with botocore's own signers.
 
 The signature is recomputed over exactly what the client said it signed (``SignedHeaders``), at the
 time it signed (``X-Amz-Date``), with the configured secret; a wrong access key gets AWS's
 ``UnrecognizedClientException``, a wrong secret (or a changed request) its
-``InvalidSignatureException``, both HTTP 403.
+``InvalidSignatureException``, both HTTP 403 (:mod:`.s3` answers them with S3's own codes).
+
+S3 (:func:`verify_s3`) signs differently (AWS S3 API reference, "Authenticating Requests (AWS
+Signature Version 4)"): the path is signed as sent, never normalized (botocore's ``S3SigV4Auth``), and
+the payload's hash is the ``x-amz-content-sha256`` header, which may say ``UNSIGNED-PAYLOAD`` or
+``STREAMING-…`` (:mod:`.s3_payload` checks the bytes against it).
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import re
+from dataclasses import dataclass
 
 from fastapi import Request
 
@@ -25,13 +32,35 @@ _MISMATCH = (
 )
 
 
-def verify(request: Request, body: bytes, key_pair: tuple[str, str] | None) -> None:
-    """Check ``request``'s SigV4 signature against ``key_pair`` (access key id, secret).
+@dataclass(frozen=True)
+class Signature:
+    """A request's ``Authorization: AWS4-HMAC-SHA256 …`` header, read."""
 
-    Without a key pair only the presence of a well-formed signature is checked.
+    access_key: str
+    date: str
+    region: str
+    service: str
+    signed_headers: str
+    signature: str
+    amz_date: str
 
-    :raises ApiError: 403 ``MissingAuthenticationToken``, ``IncompleteSignature``,
-        ``UnrecognizedClientException`` or ``InvalidSignatureException``.
+    @property
+    def scope(self) -> str:
+        return f"{self.date}/{self.region}/{self.service}/aws4_request"
+
+    def signing_key(self, secret: str) -> bytes:
+        """The key derived for this scope (AWS General Reference, "Create a signed AWS API request",
+        step 4)."""
+        key = f"AWS4{secret}".encode()
+        for part in (self.date, self.region, self.service, "aws4_request"):
+            key = hmac.new(key, part.encode(), hashlib.sha256).digest()
+        return key
+
+
+def read_signature(request: Request) -> Signature:
+    """The request's signature, not yet checked.
+
+    :raises ApiError: 403 ``MissingAuthenticationToken``, ``IncompleteSignature``.
     """
     header = request.headers.get("authorization", "")
     if not header:
@@ -42,31 +71,70 @@ def verify(request: Request, body: bytes, key_pair: tuple[str, str] | None) -> N
         raise ApiError(
             403, "IncompleteSignature", "Authorization header requires Credential, SignedHeaders, Signature"
         )
-    if key_pair is None:
-        return
-    access_key, secret = key_pair
-    if match["key"] != access_key:
+    return Signature(
+        match["key"], match["date"], match["region"], match["service"], match["headers"], match["signature"],
+        amz_date,
+    )  # fmt: skip
+
+
+def verify_s3(request: Request, key_pair: tuple[str, str] | None) -> Signature:
+    """Check an S3 request's signature (path as sent, payload hash from ``x-amz-content-sha256``).
+
+    :raises ApiError: as :func:`verify`; 400 ``InvalidRequest`` without ``x-amz-content-sha256``.
+    """
+    from botocore.auth import S3SigV4Auth
+
+    signature = read_signature(request)
+    if "x-amz-content-sha256" not in request.headers:
         raise ApiError(
-            403, "UnrecognizedClientException", "The security token included in the request is invalid."
+            400, "InvalidRequest", "Missing required header for this request: x-amz-content-sha256"
         )
-    if not hmac.compare_digest(
-        _signature(request, body, match, amz_date, access_key, secret), match["signature"]
-    ):
-        raise ApiError(403, "InvalidSignatureException", _MISMATCH)
+    if key_pair is not None:
+        raw_path = request.scope.get("raw_path") or request.url.path.encode()
+        query = request.scope.get("query_string", b"").decode("latin-1")
+        url = f"{request.url.scheme}://{request.url.netloc}{raw_path.decode('latin-1')}"
+        _check(request, b"", signature, key_pair, S3SigV4Auth, url + (f"?{query}" if query else ""))
+    return signature
 
 
-def _signature(
-    request: Request, body: bytes, match: re.Match, amz_date: str, access_key: str, secret: str
-) -> str:
+def verify(request: Request, body: bytes, key_pair: tuple[str, str] | None) -> None:
+    """Check ``request``'s SigV4 signature against ``key_pair`` (access key id, secret).
+
+    Without a key pair only the presence of a well-formed signature is checked.
+
+    :raises ApiError: 403 ``MissingAuthenticationToken``, ``IncompleteSignature``,
+        ``UnrecognizedClientException`` or ``InvalidSignatureException``.
+    """
     from botocore.auth import SigV4Auth
+
+    signature = read_signature(request)
+    if key_pair is not None:
+        _check(request, body, signature, key_pair, SigV4Auth, str(request.url))
+
+
+def _check(
+    request: Request,
+    body: bytes,
+    signature: Signature,
+    key_pair: tuple[str, str],
+    signer_class: type,
+    url: str,
+) -> None:
     from botocore.awsrequest import AWSRequest
     from botocore.credentials import Credentials
 
-    names = match["headers"].split(";")
+    access_key, secret = key_pair
+    if signature.access_key != access_key:
+        raise ApiError(
+            403, "UnrecognizedClientException", "The security token included in the request is invalid."
+        )
+    names = signature.signed_headers.split(";")
     headers = {name: request.headers.get(name, "") for name in names}
-    aws = AWSRequest(method=request.method, url=str(request.url), data=body, headers=headers)
-    aws.context["timestamp"] = amz_date
+    aws = AWSRequest(method=request.method, url=url, data=body, headers=headers)
+    aws.context["timestamp"] = signature.amz_date
     token = request.headers.get("x-amz-security-token")
-    signer = SigV4Auth(Credentials(access_key, secret, token), match["service"], match["region"])
+    signer = signer_class(Credentials(access_key, secret, token), signature.service, signature.region)
     canonical = signer.canonical_request(aws)
-    return signer.signature(signer.string_to_sign(aws, canonical), aws)
+    expected = signer.signature(signer.string_to_sign(aws, canonical), aws)
+    if not hmac.compare_digest(expected, signature.signature):
+        raise ApiError(403, "InvalidSignatureException", _MISMATCH)
