@@ -230,3 +230,33 @@ def test_an_aws_chunked_upload_is_decoded_and_its_trailing_checksum_checked(s3, 
     wrong = chunked_put(f"{platform.url}/{bucket}/wrong", body.replace(b"world", b"W0rld"), 11)
     assert (wrong.status_code, "<Code>BadDigest</Code>" in wrong.text) == (400, True)
     assert error_of(lambda: s3.head_object(Bucket=bucket, Key="wrong")) == ("404", 404)
+
+
+def test_multipart_refusals_and_abort(s3, bucket, platform):
+    upload = s3.create_multipart_upload(Bucket=bucket, Key="parts")["UploadId"]
+    etags = [s3.upload_part(Bucket=bucket, Key="parts", UploadId=upload, PartNumber=n, Body=b"x")["ETag"]
+             for n in (1, 2)]  # fmt: skip
+
+    def complete(parts):
+        return lambda: s3.complete_multipart_upload(
+            Bucket=bucket, Key="parts", UploadId=upload, MultipartUpload={"Parts": parts}
+        )
+
+    both = [{"PartNumber": n, "ETag": e} for n, e in zip((1, 2), etags, strict=True)]
+    assert error_of(complete(both)) == ("EntityTooSmall", 400)  # part 1 is under 5 MiB
+    assert error_of(complete([{"PartNumber": 1, "ETag": '"0"'}])) == ("InvalidPart", 400)
+    assert error_of(complete(both[::-1])) == ("InvalidPartOrder", 400)
+    assert s3.complete_multipart_upload(
+        Bucket=bucket, Key="parts", UploadId=upload, MultipartUpload={"Parts": both[1:]}
+    )["ETag"].endswith('-1"')  # one part: it may be small
+    assert s3.get_object(Bucket=bucket, Key="parts")["Body"].read() == b"x"
+
+    aborted = s3.create_multipart_upload(Bucket=bucket, Key="gone")["UploadId"]
+    s3.abort_multipart_upload(Bucket=bucket, Key="gone", UploadId=aborted)
+    assert error_of(
+        lambda: s3.upload_part(Bucket=bucket, Key="gone", UploadId=aborted, PartNumber=1, Body=b"")
+    ) == (
+        "NoSuchUpload",
+        404,
+    )
+    assert not list((Path(platform.data_dir) / "s3-uploads").glob("put-*")), "nothing staged is left behind"

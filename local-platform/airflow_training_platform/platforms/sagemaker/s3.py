@@ -130,6 +130,9 @@ def build_s3_router(data_dir: str, region: str, key_pair: tuple[str, str] | None
     @router.api_route("/{bucket}", methods=["GET", "HEAD", "PUT", "DELETE", "POST"])
     @router.api_route("/{bucket}/", methods=["GET", "HEAD", "PUT", "DELETE", "POST"])
     async def bucket_operation(request: Request, bucket: str) -> Response:
+        """A bucket's actions, told apart by method and sub-resource as S3 does (API reference,
+        "Actions"): ``HeadBucket``, ``GetBucketLocation`` (``?location``), ``ListObjectsV2`` /
+        ``ListObjects``, ``CreateBucket``, ``DeleteBucket``, ``DeleteObjects`` (``POST ?delete``)."""
         signed(request)
         query = request.query_params
         method = request.method
@@ -158,6 +161,10 @@ def build_s3_router(data_dir: str, region: str, key_pair: tuple[str, str] | None
 
     @router.api_route("/{bucket}/{key:path}", methods=["GET", "HEAD", "PUT", "DELETE", "POST"])
     async def object_operation(request: Request, bucket: str, key: str) -> Response:
+        """An object's actions: ``HeadObject``, ``GetObject``, ``UploadPart`` (``?partNumber&uploadId``),
+        ``CopyObject`` (``x-amz-copy-source``), ``PutObject``, ``AbortMultipartUpload`` (``DELETE
+        ?uploadId``), ``DeleteObject``, ``CreateMultipartUpload`` (``POST ?uploads``),
+        ``CompleteMultipartUpload`` (``POST ?uploadId``). ``key`` is the path after the bucket, decoded."""
         signature = signed(request)
         query = request.query_params
         method = request.method
@@ -323,6 +330,8 @@ def _list_objects(store: S3Store, bucket: str, query: dict[str, str]) -> Respons
     v2 = query.get("list-type") == "2"
     prefix, delimiter = query.get("prefix", ""), query.get("delimiter", "")
     max_keys = min(_int(query.get("max-keys", str(MAX_KEYS)), "max-keys"), MAX_KEYS)
+    if max_keys < 0:
+        raise ApiError(400, "InvalidArgument", "max-keys cannot be negative", {"ArgumentName": "max-keys"})
     token = query.get("continuation-token") if v2 else None
     after = query.get("start-after", "") if v2 else query.get("marker", "")
     skip_prefix = ""
@@ -348,7 +357,7 @@ def _list_objects(store: S3Store, bucket: str, query: dict[str, str]) -> Respons
         if common is not None and prefixes and prefixes[-1] == common:
             continue
         if len(contents) + len(prefixes) >= max_keys:
-            truncated = True
+            truncated = max_keys > 0  # max-keys=0 asks for no page at all
             break
         if common is not None:
             prefixes.append(common)

@@ -285,15 +285,18 @@ class S3Store:
 
     def put_part(self, bucket: str, key: str, upload_id: str, number: int, staged: Path) -> str:
         """``UploadPart``: keep part ``number`` (1–10,000; a new one replaces it); its quoted ETag."""
-        directory = self.upload_dir(bucket, key, upload_id)
-        if not 1 <= number <= MAX_PART_NUMBER:
-            raise _invalid("Part number must be an integer between 1 and 10000, inclusive",
-                           ArgumentName="partNumber", ArgumentValue=str(number))  # fmt: skip
-        digest = hashlib.md5()
-        with staged.open("rb") as f:
-            while chunk := f.read(1 << 20):
-                digest.update(chunk)
-        os.replace(staged, directory / f"part-{number:05d}")
+        try:
+            directory = self.upload_dir(bucket, key, upload_id)
+            if not 1 <= number <= MAX_PART_NUMBER:
+                raise _invalid("Part number must be an integer between 1 and 10000, inclusive",
+                               ArgumentName="partNumber", ArgumentValue=str(number))  # fmt: skip
+            digest = hashlib.md5()
+            with staged.open("rb") as f:
+                while chunk := f.read(1 << 20):
+                    digest.update(chunk)
+            os.replace(staged, directory / f"part-{number:05d}")
+        finally:
+            staged.unlink(missing_ok=True)
         return f'"{digest.hexdigest()}"'
 
     def complete_upload(
@@ -310,27 +313,31 @@ class S3Store:
             raise ApiError(400, "InvalidPartOrder", "The list of parts was not in ascending order. "
                            "Parts must be ordered by part number.")  # fmt: skip
         staged = self.new_upload_file()
-        md5s = b""
-        with staged.open("wb") as out:
-            for index, (number, etag) in enumerate(parts):
-                part = directory / f"part-{number:05d}"
-                if not part.is_file():
-                    raise _invalid_part(number)
-                digest = hashlib.md5()
-                with part.open("rb") as f:
-                    while chunk := f.read(1 << 20):
-                        digest.update(chunk)
-                        out.write(chunk)
-                if etag.strip('"') != digest.hexdigest():
-                    raise _invalid_part(number)
-                if index < len(parts) - 1 and part.stat().st_size < MIN_PART_SIZE:
-                    raise ApiError(
-                        400,
-                        "EntityTooSmall",
-                        "Your proposed upload is smaller than the minimum allowed size",
-                        details={"PartNumber": str(number), "MinSizeAllowed": str(MIN_PART_SIZE)},
-                    )
-                md5s += digest.digest()
+        try:
+            md5s = b""
+            with staged.open("wb") as out:
+                for index, (number, etag) in enumerate(parts):
+                    part = directory / f"part-{number:05d}"
+                    if not part.is_file():
+                        raise _invalid_part(number)
+                    digest = hashlib.md5()
+                    with part.open("rb") as f:
+                        while chunk := f.read(1 << 20):
+                            digest.update(chunk)
+                            out.write(chunk)
+                    if etag.strip('"') != digest.hexdigest():
+                        raise _invalid_part(number)
+                    if index < len(parts) - 1 and part.stat().st_size < MIN_PART_SIZE:
+                        raise ApiError(
+                            400,
+                            "EntityTooSmall",
+                            "Your proposed upload is smaller than the minimum allowed size",
+                            details={"PartNumber": str(number), "MinSizeAllowed": str(MIN_PART_SIZE)},
+                        )
+                    md5s += digest.digest()
+        except BaseException:
+            staged.unlink(missing_ok=True)
+            raise
         etag = f'"{hashlib.md5(md5s).hexdigest()}-{len(parts)}"'
         info = self.put_file(bucket, key, staged, etag=etag)
         shutil.rmtree(directory, ignore_errors=True)
