@@ -35,7 +35,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -695,7 +695,9 @@ class TrainingEngine:
             if values:
                 job.apply_program_metrics(values, at)
 
-    def _on_program_checkpoints(self, job: JobRecord, process: ProgramProcess, changed: list[str]) -> None:
+    def _on_program_checkpoints(
+        self, job: JobRecord, process: ProgramProcess, changed: Sequence[str]
+    ) -> None:
         """Record the checkpoint files new or changed since the last listing (a *final* one once the
         stop signal was sent), then hand them to the platform (no lock held: it copies them)."""
         directory = process.checkpoints.directory

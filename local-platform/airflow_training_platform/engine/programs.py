@@ -242,16 +242,20 @@ class ProgramProcess:
         env = {**base_environment(job_dir), **program.env}
         os.makedirs(os.path.dirname(program.log_file), exist_ok=True)
         self._log = open(program.log_file, "a", encoding="utf-8")  # noqa: SIM115 - closed by supervise
-        self.proc = subprocess.Popen(
-            program.argv,
-            cwd=program.cwd,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own process group: a stop reaches its children too
-            preexec_fn=pdeathsig_preexec(),
-        )
+        try:
+            self.proc = subprocess.Popen(
+                program.argv,
+                cwd=program.cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group: a stop reaches its children too
+                preexec_fn=pdeathsig_preexec(),
+            )
+        except BaseException:
+            self._log.close()
+            raise
         self.pid = self.proc.pid
 
     def signal(self, sig: signal.Signals) -> bool:
