@@ -2,8 +2,12 @@
 
 ``airflow-training-platform serve --data-dir DIR [--host 127.0.0.1] [--port 8080] [--log-level info]``
 plus one flag per setting (``--gpus N``, ``--seconds-per-epoch S``, ``--api-key K``,
-``--together-balance-usd B``...): ``airflow-training-platform serve --help`` lists them, generated
-from :mod:`.settings`. Also ``python -m airflow_training_platform.cli serve ...``.
+``--together-balance-usd B``, switches such as ``--allow-user-code``, repeatable ones such as
+``--sagemaker-image-command IMAGE=COMMAND``...): ``airflow-training-platform serve --help`` lists
+them, generated from :mod:`.settings`. Also ``python -m airflow_training_platform.cli serve ...``.
+
+The server binds 127.0.0.1 unless ``--host`` says otherwise; with ``--allow-user-code`` it runs code
+named in requests, so keep it there.
 
 Without ``--api-key`` the key is read from ``$AIRFLOW_TRAINING_PLATFORM_API_KEY``; if that is unset
 too, any non-empty key is accepted. SIGTERM / SIGINT shut the server down cleanly, killing every
@@ -51,6 +55,17 @@ def build_parser() -> argparse.ArgumentParser:
     for name, field in PlatformSettings.model_fields.items():
         required = field.is_required()
         default = None if required else field.default
+        help_text = field.description or ""
+        if field.annotation is bool:  # a switch: present = on
+            serve.add_argument(
+                flag(name), dest=name, action="store_true", default=bool(default), help=help_text
+            )
+            continue
+        if typing.get_origin(field.annotation) is list:  # repeatable
+            serve.add_argument(
+                flag(name), dest=name, action="append", default=None, help=help_text + " (repeatable)"
+            )
+            continue
         suffix = "" if required or default is None else f" (default {default})"
         serve.add_argument(
             flag(name),
@@ -58,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
             type=_value_type(field.annotation),
             required=required,
             default=default,
-            help=(field.description or "") + suffix,
+            help=help_text + suffix,
         )
     return parser
 
@@ -68,6 +83,7 @@ def settings_from(args: argparse.Namespace) -> Any:
     values = {name: getattr(args, name) for name in PlatformSettings.model_fields}
     values["data_dir"] = os.path.abspath(values["data_dir"])
     values["api_key"] = values["api_key"] or os.environ.get(API_KEY_ENV) or None
+    values = {k: v for k, v in values.items() if v is not None or k == "api_key"}  # a list's default
     return PlatformSettings(**values)
 
 

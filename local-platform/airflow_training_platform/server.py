@@ -43,7 +43,8 @@ class LocalPlatformServer:
     kill_on_parent_death: Linux PR_SET_PDEATHSIG so the server (and through it the trainers) dies with the
         creating *thread*; keep the default True unless you start the server from a short-lived thread.
     options: see :data:`OPTIONS`, e.g. ``gpus=2, seconds_per_epoch=0.2, api_key="k",
-        together_balance_usd=0.01``.
+        together_balance_usd=0.01``; a switch takes a bool (``allow_user_code=True``), a repeatable
+        option a list (``sagemaker_image_command=["img:1=python run.py"]``).
 
     Attributes after start: ``url`` (``http://127.0.0.1:PORT``), ``pid``, ``port``, ``log_path``.
     Raises RuntimeError if the server exits or is not healthy within ``start_timeout``; TypeError for an
@@ -76,7 +77,12 @@ class LocalPlatformServer:
         argv = [sys.executable, "-m", "airflow_training_platform.cli", "serve"]
         argv += ["--host", "127.0.0.1", "--port", str(self.port), "--data-dir", self.data_dir]
         for key, value in self.options.items():
-            if value is not None:
+            if isinstance(value, bool):  # a switch
+                argv += [flag(key)] if value else []
+            elif isinstance(value, list | tuple):  # repeatable
+                for item in value:
+                    argv += [flag(key), str(item)]
+            elif value is not None:
                 argv += [flag(key), str(value)]
         return argv
 

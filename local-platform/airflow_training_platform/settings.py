@@ -39,6 +39,11 @@ class CommonSettings(BaseModel):
         f"required API key (default ${API_KEY_ENV}; unset: any non-empty key)"
     )
     max_log_lines: int = Field(2000, ge=1, description="trainer output lines kept per job")
+    allow_user_code: bool = Field(
+        False,
+        description="run training code named in requests (SageMaker script mode, mapped images) as "
+        "local processes; off: such creates are refused",
+    )
 
     def engine_config(self) -> EngineConfig:
         """The engine part of these settings."""
@@ -50,6 +55,7 @@ class CommonSettings(BaseModel):
             grace_seconds=self.grace_seconds,
             cancel_delay_seconds=self.cancel_delay_seconds,
             max_log_lines=self.max_log_lines,
+            allow_user_code=self.allow_user_code,
         )
 
     def shown(self) -> dict[str, Any]:

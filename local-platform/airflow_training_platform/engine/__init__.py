@@ -1,10 +1,13 @@
 """The local platform's job engine, in parts: :mod:`.records` (jobs and their neutral states),
 :mod:`.reports` (the trainer's reports), :mod:`.scheduler` (GPU slots and the queue),
 :mod:`.processes` (trainer child processes), :mod:`.billing` (cost and budgets),
-:mod:`.checkpoints` (files, resume, deletion), and :mod:`.engine`, the thread-safe facade the
+:mod:`.checkpoints` (files, resume, deletion), :mod:`.programs` (a user's own training program
+instead of the trainer), and :mod:`.engine`, the thread-safe facade the
 platform apps call."""
 
 from airflow_training_platform.engine.engine import (
+    USER_CODE_FLAG,
+    USER_CODE_REFUSED,
     BudgetExhausted,
     EngineConfig,
     EngineError,
@@ -34,4 +37,6 @@ __all__ = [
     "JobSpec",
     "StateConflict",
     "TrainingEngine",
+    "USER_CODE_FLAG",
+    "USER_CODE_REFUSED",
 ]

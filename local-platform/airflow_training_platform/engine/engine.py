@@ -3,7 +3,12 @@ processes, billing and checkpoints. No wire format.
 
 Each platform's sub-application translates its wire protocol into calls on :class:`TrainingEngine`
 and renders the plain-dict records it returns. Every job runs the real trainer
-(:mod:`airflow_training_platform.trainer`) as a child OS process.
+(:mod:`airflow_training_platform.trainer`) as a child OS process, unless its spec carries a user
+program (``JobSpec.program``, :mod:`.programs`) and the engine allows user code
+(``EngineConfig.allow_user_code``): then that program runs, in its own directory, process group and
+clean environment. A program job is ``starting`` while its platform prepares it (code, data,
+checkpoints), ``running`` once its process started, and ends by its exit status: 0 → ``succeeded``,
+anything else → ``failed`` (the reason from its failure file or its last output lines).
 
 Lifecycle (neutral states, :data:`~.records.JOB_STATES`): [``pending`` (for ``JobSpec.pending_seconds``)
 →] ``queued`` (waiting for enough free simulated GPUs) → ``starting`` (process started) → ``running``
@@ -30,7 +35,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -38,10 +43,13 @@ from airflow_training_platform import trainer as trainer_mod
 from airflow_training_platform.engine.billing import Budgets, job_cost
 from airflow_training_platform.engine.checkpoints import (
     CheckpointNotFound,
+    add_checkpoint,
     delete_checkpoints,
     resolve_checkpoint,
 )
 from airflow_training_platform.engine.processes import TrainerProcesses
+from airflow_training_platform.engine.programs import ProgramExit, ProgramProcess
+from airflow_training_platform.engine.programs import read_log as read_program_log
 from airflow_training_platform.engine.records import (
     LIVE_STATES,
     TERMINAL_STATES,
@@ -72,6 +80,16 @@ class BudgetExhausted(EngineError):
     """The platform's spending budget (see :meth:`TrainingEngine.set_budget`) is used up."""
 
 
+USER_CODE_FLAG = "--allow-user-code"
+"""The server flag that lets jobs run code named in their requests (``EngineConfig.allow_user_code``)."""
+
+USER_CODE_REFUSED = (
+    "this local training platform runs no code named in a request: start it with "
+    f"'airflow-training-platform serve {USER_CODE_FLAG}' (LocalPlatformServer(..., allow_user_code=True))"
+)
+"""The message of a user-program job refused because the engine does not allow user code."""
+
+
 class InvalidJobSpec(EngineError):
     """A job spec value is unusable; ``field`` names the offending spec field."""
 
@@ -97,6 +115,9 @@ class EngineConfig:
     python: interpreter used for trainer processes.
     fork_server: fork trainers from one warm process that imported scikit-learn once (Linux), instead
         of starting a new interpreter per job (seconds of CPU each).
+    allow_user_code: run jobs whose spec carries a user program (``JobSpec.program``); ``False`` (the
+        default) refuses them (:data:`USER_CODE_REFUSED`): such a program is code named by whoever
+        can reach the API.
     fault_hook: optional ``hook(point, job_id)`` called at fault-injection points ``"spawn"`` (before the
         trainer is started; an exception fails the job with its message) and ``"cancel"`` (before a cancel
         acts; an exception propagates to the caller).
@@ -114,6 +135,7 @@ class EngineConfig:
     fault_hook: Callable[[str, str], None] | None = None
     budget_check_seconds: float = 0.2
     fork_server: bool = True
+    allow_user_code: bool = False
 
 
 _CANCEL_AT_ONCE = frozenset({"pending", "queued", "finalizing"})
@@ -163,6 +185,7 @@ class TrainingEngine:
         self._budgets = Budgets(config.usd_per_gpu_hour)
         fork_log = os.path.join(config.data_dir, "fork-server.log") if config.fork_server else None
         self._processes = TrainerProcesses(config.python, self._on_line, self._on_exit, fork_log)
+        self._runners: list[threading.Thread] = []
         self._shutting_down = False
         self._launcher: threading.Thread | None = None
         os.makedirs(os.path.join(config.data_dir, "jobs"), exist_ok=True)
@@ -194,8 +217,16 @@ class TrainingEngine:
                         job.finish("failed", error=f"local platform shut down while the job was {job.state}")
                         job.add_event("job_error", job.error or "", level="error")
             jobs = list(self._jobs.values()) if first else []
+            for job in jobs:
+                if job.program_process is not None:
+                    job.program_process.signal(signal.SIGKILL)  # the whole group
+            runners = list(self._runners)
             self._wake.notify_all()
-        self._processes.kill_all(jobs, timeout)
+        self._processes.kill_all([j for j in jobs if j.spec.program is None], timeout)
+        deadline = time.monotonic() + timeout
+        for runner in runners:
+            if runner is not threading.current_thread():
+                runner.join(max(0.1, deadline - time.monotonic()))
         if self._launcher is not None and self._launcher is not threading.current_thread():
             self._launcher.join(timeout)
 
@@ -203,10 +234,13 @@ class TrainingEngine:
     def submit(self, spec: JobSpec) -> dict[str, Any]:
         """Queue a job; return its snapshot (state ``queued``, or ``pending`` if ``spec.pending_seconds``).
 
-        Raises InvalidJobSpec (unknown dataset, gpu_count outside 1..gpus, unknown resume checkpoint),
-        BudgetExhausted (the platform's budget is used up) and EngineError if the engine is shutting down.
+        Raises InvalidJobSpec (unknown dataset, gpu_count outside 1..gpus, unknown resume checkpoint, a
+        user program while user code is not allowed: field ``program``), BudgetExhausted (the platform's
+        budget is used up) and EngineError if the engine is shutting down.
         """
-        if spec.dataset not in trainer_mod.DATASETS:
+        if spec.program is not None and not self.config.allow_user_code:
+            raise InvalidJobSpec("program", USER_CODE_REFUSED)
+        if spec.program is None and spec.dataset not in trainer_mod.DATASETS:
             raise InvalidJobSpec(
                 "dataset", f"unknown dataset {spec.dataset!r}; expected one of {trainer_mod.DATASETS}"
             )
@@ -368,6 +402,22 @@ class TrainingEngine:
             job.spec.tags = list(tags)
             return self._snapshot(job)
 
+    def read_log(
+        self, job_id: str, start: int = 0, limit: int = 1000, platform: str | None = None
+    ) -> dict[str, Any]:
+        """The output of a user program job, as its log file holds it (:func:`.programs.read_log`).
+
+        :param start: index (0-based) of the first line wanted; :param limit: most lines returned.
+        :returns: ``{"lines": [{"t": epoch seconds, "line": text}], "next": index after the last}``;
+            no lines for a built-in trainer job or a program not started yet.
+        :raises JobNotFound: no such job (of ``platform``, when given).
+        """
+        with self._lock:
+            path = (self._find(job_id, platform).program or {}).get("log_file")
+        if path is None:
+            return {"lines": [], "next": start}
+        return read_program_log(path, start, limit)
+
     def wait_for_terminal(self, job_id: str, timeout: float | None) -> bool:
         """Block until the job is terminal (process exited and recorded) or ``timeout`` s pass.
 
@@ -469,6 +519,16 @@ class TrainingEngine:
         return self._snapshot(job)
 
     def _signal(self, job: JobRecord, sig: signal.Signals) -> None:
+        if job.spec.program is not None:
+            # a user program has one stop: SIGTERM to its process group (the trainer's SIGINT,
+            # "stop without a final checkpoint", means nothing to it), SIGKILL after the grace
+            sig = signal.SIGTERM if sig == signal.SIGINT else sig
+            process = job.program_process  # None while its platform still prepares it
+            if process is not None and process.signal(sig):
+                job.add_event(
+                    "signal_sent", f"Sent {sig.name} to program process group {process.pid}", signal=sig.name
+                )
+            return
         if self._processes.signal(job, sig):
             job.add_event("signal_sent", f"Sent {sig.name} to trainer {job.pid}", signal=sig.name)
 
@@ -477,6 +537,8 @@ class TrainingEngine:
             job = self._jobs[job_id]
             if job.returncode is None and job.proc is not None:
                 job.add_event("warning", "Grace period expired; killing trainer", level="warning")
+                if job.program_process is not None:
+                    job.program_process.killed_after_grace = True
                 self._signal(job, signal.SIGKILL)
 
     # ----------------------------------------------------------------------------- the launcher
@@ -561,7 +623,19 @@ class TrainingEngine:
         job.advance_at = now + float(stage.get("seconds", 0.0))
 
     def _spawn(self, job: JobRecord) -> None:
-        """Start the trainer for ``job`` (lock held, launcher thread)."""
+        """Start the trainer for ``job`` (lock held, launcher thread); a user program gets its runner
+        thread (:meth:`_run_program`)."""
+        if job.spec.program is not None:
+            runner = threading.Thread(
+                target=self._run_program, args=(job,), name=f"program-{job.job_id}", daemon=True
+            )
+            self._runners = [t for t in self._runners if t.is_alive()] + [runner]
+            job.started_at = time.time()
+            self._queue.take(job.spec.gpu_count)
+            job.set_state("starting", job.started_at)
+            job.add_event("job_start", f"Preparing the program on {job.spec.gpu_count} GPU(s)")
+            runner.start()
+            return
         try:
             if self.config.fault_hook:
                 self.config.fault_hook("spawn", job.job_id)
@@ -574,6 +648,142 @@ class TrainingEngine:
         self._queue.take(job.spec.gpu_count)
         job.set_state("starting", job.started_at)
         job.add_event("job_start", f"Trainer process {proc.pid} started on {job.spec.gpu_count} GPU(s)")
+
+    # ----------------------------------------------------------------------------- user programs
+    def _run_program(self, job: JobRecord) -> None:
+        """A user program job's runner thread: prepare (no lock: copies code and data), start,
+        supervise until the program exits, run its exit hook, record the outcome. It lives exactly as
+        long as the program, as ``PR_SET_PDEATHSIG`` wants of the thread that forks."""
+        assert job.spec.program is not None
+        try:
+            program = job.spec.program.prepare(job.job_dir)
+        except Exception as exc:  # the platform's preparation failed: the job fails, the server lives
+            with self._lock:
+                self._program_ended(job, None, f"could not prepare the program: {exc}")
+            return
+        with self._lock:
+            if job.state != "starting" or self._shutting_down:  # stopped while it was being prepared
+                self._program_ended(job, None)
+                return
+            try:
+                process = ProgramProcess(program, job.job_dir)
+            except OSError as exc:
+                self._program_ended(job, None, f"could not start the program: {exc}")
+                return
+            job.program, job.program_process = program.describe(), process
+            job.proc, job.pid = process.proc, process.pid
+            job.running_at = time.time()
+            job.set_state("running", job.running_at)
+            job.add_event("training_start", f"Program started: process group {process.pid}")
+        returncode = process.supervise(
+            lambda at, line, values: self._on_program_line(job, at, line, values),
+            lambda changed: self._on_program_checkpoints(job, process, changed),
+        )
+        error = None
+        if program.on_exit is not None:
+            try:
+                program.on_exit(ProgramExit(returncode, stopped=process.stop_signal_at is not None))
+            except Exception as exc:
+                error = f"could not collect the program's output: {exc}"
+        with self._lock:
+            self._program_ended(job, returncode, error)
+
+    def _on_program_line(self, job: JobRecord, at: float, line: str, values: dict[str, float]) -> None:
+        with self._lock:
+            job.logs.append(line)
+            job.updated_at = at
+            if values:
+                job.apply_program_metrics(values, at)
+
+    def _on_program_checkpoints(
+        self, job: JobRecord, process: ProgramProcess, changed: Sequence[str]
+    ) -> None:
+        """Record the checkpoint files new or changed since the last listing (a *final* one once the
+        stop signal was sent), then hand them to the platform (no lock held: it copies them)."""
+        directory = process.checkpoints.directory
+        assert directory is not None
+        paths = [os.path.join(directory, rel) for rel in changed]
+        with self._lock:
+            now = time.time()
+            for rel_path, path in zip(changed, paths, strict=True):
+                try:
+                    size = os.path.getsize(path)
+                except OSError:  # removed since the listing
+                    continue
+                final = process.checkpoints.is_final(rel_path)
+                add_checkpoint(
+                    job,
+                    {
+                        "type": "checkpoint",
+                        "checkpoint_id": rel_path,
+                        "path": path,
+                        "epoch": job.progress.get("epoch", 0),
+                        "step": job.progress.get("step", 0),
+                        "kind": "final" if final else "automatic",
+                        "size_bytes": size,
+                        "metrics": dict(job.metrics),
+                    },
+                    now,
+                )
+        hook = process.program.on_checkpoints
+        if hook is not None:
+            try:
+                hook(paths)
+            except Exception as exc:  # a failed copy must not kill the runner
+                with self._lock:
+                    job.add_event("warning", f"could not sync checkpoints: {exc}", level="warning")
+
+    def _program_ended(self, job: JobRecord, returncode: int | None, error: str | None = None) -> None:
+        """Record how a user program job ended (lock held): ``returncode`` ``None`` = it never
+        started (``error`` says why, else it was stopped or the server shut down first)."""
+        job.returncode = returncode
+        job.exited_at = time.time()
+        self._queue.release(job.spec.gpu_count)
+        if job.kill_timer is not None:
+            job.kill_timer.cancel()
+        process = job.program_process
+        final = [c["checkpoint_id"] for c in job.checkpoints if c["kind"] == "final"]
+        if process is not None and job.program is not None:
+            job.program.update(
+                stop_signal_at=process.stop_signal_at,
+                killed_after_grace=process.killed_after_grace,
+                final_checkpoints=final,
+            )
+        if job.cancel is not None:  # the cancel's result: did the program save a checkpoint after the signal?
+            job.cancel["final_checkpoint_written"] = bool(final)
+            job.cancel["final_checkpoints"] = final
+        if job.state == "stopping":
+            how = "before it started" if returncode is None else self._program_exit_text(job, returncode)
+            job.finish("cancelled", at=job.exited_at)
+            if job.cancel and not job.cancel["preserve_checkpoints"]:
+                delete_checkpoints(job, keep_final=bool(job.cancel["create_final_checkpoint"]))
+            job.add_event("job_stopped", f"Job stopped due to cancel request (program {how})")
+        elif self._shutting_down:
+            job.finish("failed", error="local platform shut down while the job was running", at=job.exited_at)
+            job.add_event("job_error", job.error or "", level="error")
+        elif error is not None or returncode is None:
+            job.finish("failed", error=error or "the program did not start", at=job.exited_at)
+            job.add_event("job_error", job.error or "", level="error")
+        elif returncode == 0:
+            job.add_event("training_complete", "Program exited with code 0")
+            if job.spec.finalize_stages:
+                self._next_stage(job)
+            else:
+                job.finish("succeeded", at=job.exited_at)
+                job.add_event("job_complete", "Job completed")
+        else:
+            assert process is not None
+            job.finish("failed", error=process.failure_reason(returncode), at=job.exited_at)
+            job.add_event("job_error", job.error or "", level="error")
+        self._wake.notify_all()
+
+    @staticmethod
+    def _program_exit_text(job: JobRecord, returncode: int) -> str:
+        killed = job.program_process is not None and job.program_process.killed_after_grace
+        if returncode < 0:
+            name = signal.Signals(-returncode).name
+            return f"killed by {name} after the stop grace" if killed else f"ended by {name}"
+        return f"exited with code {returncode}"
 
     # ----------------------------------------------------------------------------- trainer reports
     def _on_line(self, job: JobRecord, line: str) -> None:
@@ -667,6 +877,8 @@ class TrainingEngine:
         return f"{spec.id_prefix}{suffix}"
 
     def _new_record(self, job_id: str, spec: JobSpec, resume_path: str | None) -> JobRecord:
+        if spec.program is not None:
+            return self._new_program_record(job_id, spec)
         config = {"seconds_per_epoch": self.config.seconds_per_epoch, **spec.hyperparameters}
         config["dataset"] = spec.dataset
         if resume_path:
@@ -693,6 +905,33 @@ class TrainingEngine:
             "steps_per_epoch": spe,
             "total_steps": spe * int(cfg["epochs"]),
         }
+        return job
+
+    def _new_program_record(self, job_id: str, spec: JobSpec) -> JobRecord:
+        """A user program job's record: no trainer config, no epochs known in advance."""
+        job_dir = os.path.join(self.config.data_dir, "jobs", job_id)
+        os.makedirs(job_dir, exist_ok=True)
+        job = JobRecord(
+            job_id=job_id,
+            spec=copy.deepcopy(spec),
+            config=dict(spec.hyperparameters),
+            job_dir=job_dir,
+            resume_path=None,
+            created_at=time.time(),
+            logs=collections.deque(maxlen=self.config.max_log_lines),
+        )
+        job.progress = dict.fromkeys(
+            (
+                "epoch",
+                "completed_epochs",
+                "total_epochs",
+                "step",
+                "start_step",
+                "steps_per_epoch",
+                "total_steps",
+            ),
+            0,
+        )
         return job
 
     def _snapshot(self, job: JobRecord) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_training_platform.engine.checkpoints import add_checkpoint
 from airflow_training_platform.engine.reports import (
@@ -24,6 +24,9 @@ from airflow_training_platform.engine.reports import (
     StepReport,
     StoppedReport,
 )
+
+if TYPE_CHECKING:
+    from airflow_training_platform.engine.programs import ProgramProcess, ProgramSource
 
 JOB_STATES = (
     "pending",
@@ -74,6 +77,10 @@ class JobSpec:
         ``"platform"``, reason ``max_runtime``) once its trainer has run this long; ``None`` = no limit.
     job_id: the job's id when the client names it (a SageMaker job name); ``None`` = generated from
         ``id_prefix``. Submitting an id that exists raises ``StateConflict``.
+    program: the user's own program (:mod:`.programs`) instead of the built-in trainer; ``None``
+        (the default) runs the trainer. Only accepted when the engine allows user code
+        (``EngineConfig.allow_user_code``); ``dataset`` and the trainer keys of ``hyperparameters``
+        then mean nothing to the engine.
     """
 
     name: str
@@ -95,6 +102,7 @@ class JobSpec:
     stop_grace_seconds: float | None = None
     max_runtime_seconds: float | None = None
     job_id: str | None = None
+    program: ProgramSource | None = None
 
 
 @dataclass
@@ -137,6 +145,8 @@ class JobRecord:
     proc: subprocess.Popen | None = None
     kill_timer: threading.Timer | None = None
     terminal: threading.Event = field(default_factory=threading.Event)
+    program: dict[str, Any] | None = None
+    program_process: ProgramProcess | None = None
 
     # ------------------------------------------------------------------------- mutations
     def set_state(self, state: str, at: float | None = None, stage: str | None = None) -> None:
@@ -190,6 +200,22 @@ class JobRecord:
             self.stopped_seen = report
         elif report["type"] == "error":
             self.trainer_error = str(report.get("message") or "trainer error")
+
+    def apply_program_metrics(self, values: dict[str, float], at: float) -> None:
+        """Metric values read from one line of a user program's output (:mod:`.programs`): the last
+        value per name in ``metrics``, one ``{"kind": "program", "step": <n-th such line>, "epoch":
+        <the "epoch" value, if one is defined>, "at", "values"}`` row in ``metric_history``."""
+        self.metrics.update(values)
+        rows = sum(1 for row in self.metric_history if row["kind"] == "program")
+        self.metric_history.append(
+            {
+                "kind": "program",
+                "step": rows + 1,
+                "epoch": values.get("epoch"),
+                "at": at,
+                "values": dict(values),
+            }
+        )
 
     def _apply_started(self, report: StartedReport, now: float) -> None:
         self.progress.update(
@@ -271,9 +297,13 @@ class JobRecord:
         state_history, created_at (= submitted_at), started_at, running_at, exited_at (trainer exit),
         finished_at, updated_at, progress, metrics, metric_history (``{kind: "train"|"eval", step, epoch,
         at, loss, learning_rate | accuracy}``, oldest first: one train row per step report, one eval row
-        per epoch), checkpoints,
+        per epoch; a user program's rows are ``kind: "program"``, see :meth:`apply_program_metrics`),
+        checkpoints,
         deleted_checkpoints, final_checkpoint_id, logs, events, error, cancel, cancel_requests, pid,
-        returncode, job_dir, resume_from, resume_path, request, plus the engine's ``computed`` keys."""
+        returncode, job_dir, resume_from, resume_path, request, program (a user program job: its argv, cwd,
+        environment variable names, paths, metric definitions, and once it ended ``stop_signal_at``,
+        ``killed_after_grace``, ``final_checkpoints``; ``None`` for the built-in trainer), plus the
+        engine's ``computed`` keys."""
         return copy.deepcopy(
             {
                 "job_id": self.job_id,
@@ -312,6 +342,7 @@ class JobRecord:
                 "resume_from": self.spec.resume_from,
                 "resume_path": self.resume_path,
                 "request": self.spec.request,
+                "program": self.program,
                 **computed,
             }
         )

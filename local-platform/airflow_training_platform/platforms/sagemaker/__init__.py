@@ -20,6 +20,7 @@ from airflow_training_platform.platforms.sagemaker.routes import (
     build_router,
     is_sts,
 )
+from airflow_training_platform.platforms.sagemaker.script_mode import parse_image_commands
 from airflow_training_platform.platforms.sagemaker.wire import PLATFORM as NAME
 from airflow_training_platform.platforms.sagemaker.wire import TARGET_PREFIX
 
@@ -37,6 +38,11 @@ class SageMakerOptions(BaseModel):
         None, description="access key id requests must be signed with (unset: any well-formed signature)"
     )
     sagemaker_secret_access_key: str | None = secret_setting("its secret")
+    sagemaker_image_command: list[str] = Field(
+        default_factory=list,
+        description="IMAGE=COMMAND: a CreateTrainingJob with this TrainingImage runs COMMAND locally "
+        "under the training-container contract (needs --allow-user-code)",
+    )
 
 
 def render_error(request: Request, err: ApiError) -> Response:
@@ -93,7 +99,13 @@ def build(context: AppContext):
         key_pair = (s.sagemaker_access_key_id, s.sagemaker_secret_access_key)
     data_dir = s.engine_config().data_dir
     router = build_router(
-        context.engine, data_dir, s.sagemaker_region, s.sagemaker_stop_grace_seconds, key_pair
+        context.engine,
+        data_dir,
+        s.sagemaker_region,
+        s.sagemaker_stop_grace_seconds,
+        key_pair,
+        allow_user_code=s.allow_user_code,
+        image_commands=parse_image_commands(s.sagemaker_image_command),
     )
     # after SageMaker's POST /: S3 serves GET / (ListBuckets) and every /<bucket>[/<key>]
     router.include_router(s3.build_s3_router(data_dir, s.sagemaker_region, key_pair))

@@ -24,6 +24,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from airflow_training_platform.engine import (
+    USER_CODE_REFUSED,
     InvalidJobSpec,
     JobNotFound,
     StateConflict,
@@ -31,7 +32,7 @@ from airflow_training_platform.engine import (
 )
 from airflow_training_platform.errors import ApiError
 from airflow_training_platform.platforms.common import tags_of
-from airflow_training_platform.platforms.sagemaker import wire
+from airflow_training_platform.platforms.sagemaker import script_mode, wire
 from airflow_training_platform.platforms.sagemaker.sigv4 import verify
 
 CONTENT_TYPE = "application/x-amz-json-1.1"
@@ -45,9 +46,13 @@ def build_router(
     region: str,
     stop_grace_seconds: float,
     key_pair: tuple[str, str] | None,
+    allow_user_code: bool = False,
+    image_commands: dict[str, str] | None = None,
 ) -> APIRouter:
     """The router: ``key_pair`` (access key id, secret) to verify signatures with, or ``None`` to
-    accept any signed request."""
+    accept any signed request; ``allow_user_code``: run script-mode jobs and mapped images
+    (``image_commands``: ``TrainingImage`` → local command), else refuse them."""
+    images = dict(image_commands or {})
     router = APIRouter(tags=["sagemaker"])
 
     def record(name: Any) -> dict[str, Any]:
@@ -64,7 +69,12 @@ def build_router(
         return matches[0]
 
     def create(body: dict[str, Any]) -> dict[str, Any]:
-        spec = wire.parse_create(body, data_dir, stop_grace_seconds)
+        user_code = script_mode.is_user_code(body, images)
+        if user_code and not allow_user_code:  # before anything is read or laid out
+            raise ApiError(400, "ValidationException", USER_CODE_REFUSED)
+        spec = wire.parse_create(body, data_dir, stop_grace_seconds, user_code=user_code)
+        if user_code:
+            spec.program = script_mode.parse_user_code(body, data_dir, region, images)
         try:
             rec = engine.submit(spec)
         except StateConflict:

@@ -18,6 +18,9 @@ AWS:
   ``Downloading``; ``running`` → ``Training``; ``finalizing`` → ``Uploading``; ``stopping`` →
   ``Stopping``; ``succeeded`` → ``Completed``; ``failed`` → ``Failed``; ``cancelled`` → ``Stopped``
   (secondary ``MaxRuntimeExceeded`` when ``StoppingCondition.MaxRuntimeInSeconds`` stopped it).
+* **User code** (script mode, mapped images; :mod:`.script_mode`): the job runs the user's program
+  instead of the trainer; ``HyperParameters`` are its arguments, not trainer settings, and
+  ``FinalMetricDataList`` lists its ``MetricDefinitions`` values.
 * **Money:** SageMaker reports ``BillableTimeInSeconds`` only; the answer adds ``x_local_cost_usd``
   (the engine's cost), which AWS clients ignore.
 """
@@ -131,8 +134,10 @@ def _required(body: dict[str, Any], key: str) -> dict[str, Any]:
     return value
 
 
-def parse_create(body: Any, data_dir: str, stop_grace_seconds: float) -> JobSpec:
-    """``CreateTrainingJob`` body → engine JobSpec (job id = ``TrainingJobName``).
+def parse_create(body: Any, data_dir: str, stop_grace_seconds: float, user_code: bool = False) -> JobSpec:
+    """``CreateTrainingJob`` body → engine JobSpec (job id = ``TrainingJobName``). ``user_code``: the
+    job runs the user's code (the caller sets ``JobSpec.program``, :mod:`.script_mode`), its
+    ``HyperParameters`` are kept as sent and no trainer checkpoint is looked for.
 
     :raises ApiError: ``ValidationException`` naming the offending field.
     """
@@ -171,10 +176,13 @@ def parse_create(body: Any, data_dir: str, stop_grace_seconds: float) -> JobSpec
     ):
         raise bad("tags", "failed to satisfy constraint: Member must be a list of {Key, Value}")
 
-    hyper = _hyper(body.get("HyperParameters"))
+    if user_code:
+        hyper: dict[str, Any] = dict(body.get("HyperParameters") or {})
+    else:
+        hyper = _hyper(body.get("HyperParameters"))
     resume_from = None
     checkpoint_uri = (body.get("CheckpointConfig") or {}).get("S3Uri")
-    if checkpoint_uri:
+    if checkpoint_uri and not user_code:
         directory = s3_path(data_dir, checkpoint_uri)
         resume_from = latest_checkpoint(directory)
         hyper["checkpoint_dir"] = directory
@@ -260,12 +268,24 @@ def job_to_wire(rec: dict[str, Any], region: str) -> dict[str, Any]:
         out["FailureReason"] = f"AlgorithmError: {rec.get('error') or 'training failed'}"[:1024]
     metrics = rec.get("metrics") or {}
     stamp = rec["updated_at"] or rec["created_at"]
+    if rec.get("program") is not None:  # the user's MetricDefinitions, by name, when last seen
+        out["FinalMetricDataList"] = _program_metrics(rec)
+        return out
     out["FinalMetricDataList"] = [
         {"MetricName": wire_name, "Value": float(metrics[key]), "Timestamp": stamp}
         for wire_name, key in _METRICS.items()
         if isinstance(metrics.get(key), int | float)
     ]
     return out
+
+
+def _program_metrics(rec: dict[str, Any]) -> list[dict[str, Any]]:
+    seen: dict[str, dict[str, Any]] = {}
+    for row in rec.get("metric_history") or []:
+        if row.get("kind") == "program":
+            for name, value in row["values"].items():
+                seen[name] = {"MetricName": name, "Value": float(value), "Timestamp": row["at"]}
+    return list(seen.values())[:40]  # SageMaker returns at most 40
 
 
 def summary_to_wire(rec: dict[str, Any], region: str) -> dict[str, Any]:
