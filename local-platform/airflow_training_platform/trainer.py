@@ -444,6 +444,7 @@ def run(job_dir: str, config: Any) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: ``--job-dir`` / ``--config-json`` trains one job; ``--fork-server FD`` serves forks."""
+    _one_blas_thread()
     _install_signal_handlers()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--job-dir", help="directory for this job's checkpoints")
@@ -457,6 +458,16 @@ def main(argv: list[str] | None = None) -> int:
     if not args.job_dir:
         parser.error("--job-dir is required")
     return run(args.job_dir, args.config_json)
+
+
+def _one_blas_thread() -> None:
+    """One BLAS thread per trainer unless the environment says otherwise (before numpy loads).
+
+    The model's matrices are tiny, and several jobs share the machine's cores: OpenBLAS's default
+    of a thread per core made concurrent trainers spin against each other (a digits epoch took
+    0.14 CPU-seconds with the default threads at batch size 256, 0.02 with one)."""
+    for variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(variable, "1")
 
 
 def _child_main(job_dir: str, config: dict[str, Any]) -> int:

@@ -26,7 +26,7 @@ def kill_path_env(kill_path_stack):
 @pytest.fixture(scope="session")
 def outcomes(request, kill_path_env):
     """Every selected (scenario, platform) pair, run once up front — exclusive scenarios alone, the
-    others four at a time — so the suite takes minutes, not the sum of all cases."""
+    others five at a time — so the suite takes minutes, not the sum of all cases."""
     wanted = set()
     for item in request.session.items:
         marker = item.get_closest_marker("scenario")

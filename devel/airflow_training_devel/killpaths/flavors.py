@@ -19,6 +19,38 @@ API_KEY = LOCAL_SECRET
 """The secret of every connection of the kill-path stack (no log line may show it)."""
 
 
+BATCH_SIZE = 128
+"""Mini-batch size of every kill-path job (Together's ``"max"``): a digits epoch is 12 optimizer
+steps, not 45, so two dozen trainers at once leave the machine's two cores to Airflow."""
+
+FAILURE = "CUDA error: an illegal memory access was encountered (learning_rate diverged)"
+"""What a failing job's trainer dies with (``fail=True``), soon after it starts."""
+
+
+def hyperparameters(
+    epochs: int,
+    seconds_per_epoch: float,
+    fail: bool = False,
+    learning_rate: float | None = None,
+    checkpoint_seconds: float = 0.0,
+) -> dict[str, str]:
+    """The trainer's hyperparameters of a kill-path job, as the strings a cloud's API carries
+    (SageMaker's map, PAI's and ModelArts' name/value lists). ``checkpoint_seconds``: every
+    checkpoint write, the final one too, takes this long."""
+    hyper = {
+        "epochs": str(epochs),
+        "seconds_per_epoch": str(seconds_per_epoch),
+        "batch_size": str(BATCH_SIZE),
+    }
+    if checkpoint_seconds:
+        hyper["checkpoint_seconds"] = str(checkpoint_seconds)
+    if learning_rate is not None:
+        hyper["learning_rate"] = str(learning_rate)
+    if fail:
+        hyper["fail_with"] = FAILURE
+    return hyper
+
+
 def tensorone_spec(
     epochs: int,
     seconds_per_epoch: float,
@@ -27,8 +59,12 @@ def tensorone_spec(
     checkpoint_seconds: float = 0.0,
     **extra: Any,
 ) -> dict:
-    training = {"epochs": epochs, "seconds_per_epoch": seconds_per_epoch}
-    if checkpoint_seconds:  # every checkpoint write, the final one too, takes this long
+    training: dict[str, Any] = {
+        "epochs": epochs,
+        "seconds_per_epoch": seconds_per_epoch,
+        "batch_size": BATCH_SIZE,
+    }
+    if checkpoint_seconds:
         training["checkpoint_seconds"] = checkpoint_seconds
     if learning_rate is not None:
         training["learning_rate"] = learning_rate
@@ -49,34 +85,22 @@ def together_spec(
     if checkpoint_seconds:
         local["checkpoint_seconds"] = checkpoint_seconds
     if fail:  # Together refuses a bad learning rate before submit: have the trainer fail instead
-        local["fail_with"] = "CUDA error: an illegal memory access was encountered (learning_rate diverged)"
+        local["fail_with"] = FAILURE
     return {
         "model": "local/digits-mlp-4b",
         "training_file": "file-digits",
         "n_epochs": epochs,
         "n_checkpoints": epochs,
         "learning_rate": learning_rate,
+        "batch_size": BATCH_SIZE,
         "suffix": "kp",
         "x_local": local,
         **extra,
     }
 
 
-def sagemaker_spec(
-    epochs: int,
-    seconds_per_epoch: float,
-    fail: bool = False,
-    learning_rate: float | None = None,
-    checkpoint_seconds: float = 0.0,
-    **extra: Any,
-) -> dict:
-    hyper = {"epochs": str(epochs), "seconds_per_epoch": str(seconds_per_epoch)}
-    if checkpoint_seconds:
-        hyper["checkpoint_seconds"] = str(checkpoint_seconds)
-    if learning_rate is not None:
-        hyper["learning_rate"] = str(learning_rate)
-    if fail:
-        hyper["fail_with"] = "CUDA error: an illegal memory access was encountered (learning_rate diverged)"
+def sagemaker_spec(epochs: int, seconds_per_epoch: float, fail: bool = False, learning_rate: float | None = None,
+                   checkpoint_seconds: float = 0.0, **extra: Any) -> dict:  # fmt: skip
     return {
         "RoleArn": "arn:aws:iam::123456789012:role/KillPaths",
         "AlgorithmSpecification": {"TrainingImage": "local/digits-mlp:1", "TrainingInputMode": "File"},
@@ -92,34 +116,16 @@ def sagemaker_spec(
         "CheckpointConfig": {
             "S3Uri": "s3://kp/checkpoints/{{ dag.dag_id }}/{{ run_id | replace(':', '-') }}"
         },
-        "HyperParameters": hyper,
+        "HyperParameters": hyperparameters(
+            epochs, seconds_per_epoch, fail, learning_rate, checkpoint_seconds
+        ),
         **extra,
     }
 
 
-def pai_spec(
-    epochs: int,
-    seconds_per_epoch: float,
-    fail: bool = False,
-    learning_rate: float | None = None,
-    checkpoint_seconds: float = 0.0,
-    **extra: Any,
-) -> dict:
-    hyper = [
-        {"Name": "epochs", "Value": str(epochs)},
-        {"Name": "seconds_per_epoch", "Value": str(seconds_per_epoch)},
-    ]
-    if checkpoint_seconds:
-        hyper.append({"Name": "checkpoint_seconds", "Value": str(checkpoint_seconds)})
-    if learning_rate is not None:
-        hyper.append({"Name": "learning_rate", "Value": str(learning_rate)})
-    if fail:
-        hyper.append(
-            {
-                "Name": "fail_with",
-                "Value": "CUDA error: an illegal memory access was encountered (learning_rate diverged)",
-            }
-        )
+def pai_spec(epochs: int, seconds_per_epoch: float, fail: bool = False, learning_rate: float | None = None,
+             checkpoint_seconds: float = 0.0, **extra: Any) -> dict:  # fmt: skip
+    hyper = hyperparameters(epochs, seconds_per_epoch, fail, learning_rate, checkpoint_seconds)
     return {
         "AlgorithmSpec": {"Image": "local/digits-mlp:1", "Command": ["python", "train.py"]},
         "ComputeResource": {"EcsSpec": "ecs.gn7i-c8g1.2xlarge", "EcsCount": 1},
@@ -130,40 +136,20 @@ def pai_spec(
                 "OutputUri": "oss://kp/checkpoints/{{ dag.dag_id }}/{{ run_id | replace(':', '-') }}",
             }
         ],
-        "HyperParameters": hyper,
+        "HyperParameters": [{"Name": name, "Value": value} for name, value in hyper.items()],
         **extra,
     }
 
 
-def modelarts_spec(
-    epochs: int,
-    seconds_per_epoch: float,
-    fail: bool = False,
-    learning_rate: float | None = None,
-    checkpoint_seconds: float = 0.0,
-    **extra: Any,
-) -> dict:
-    parameters = [
-        {"name": "epochs", "value": str(epochs)},
-        {"name": "seconds_per_epoch", "value": str(seconds_per_epoch)},
-    ]
-    if checkpoint_seconds:
-        parameters.append({"name": "checkpoint_seconds", "value": str(checkpoint_seconds)})
-    if learning_rate is not None:
-        parameters.append({"name": "learning_rate", "value": str(learning_rate)})
-    if fail:
-        parameters.append(
-            {
-                "name": "fail_with",
-                "value": "CUDA error: an illegal memory access was encountered (learning_rate diverged)",
-            }
-        )
+def modelarts_spec(epochs: int, seconds_per_epoch: float, fail: bool = False, learning_rate: float | None = None,
+                   checkpoint_seconds: float = 0.0, **extra: Any) -> dict:  # fmt: skip
+    hyper = hyperparameters(epochs, seconds_per_epoch, fail, learning_rate, checkpoint_seconds)
     return {
         "kind": "job",
         "algorithm": {
             "engine": {"image_url": "swr.example/kp/digits-mlp:1"},
             "command": "python train.py",
-            "parameters": parameters,
+            "parameters": [{"name": name, "value": value} for name, value in hyper.items()],
             "inputs": [{"name": "data_url", "remote": {"obs": {"obs_url": "/kp/digits/"}}}],
             "outputs": [
                 {
@@ -292,17 +278,6 @@ class AwsJsonFlavor(Flavor):
         }
         return rule | ({"body_contains": f'"{job_id}"'} if job_id else {})
 
-    def with_name_stem(self, spec: dict, stem: str) -> dict:
-        """``spec`` naming its job ``stem`` (at :attr:`name_key`)."""
-        *parents, leaf = self.name_key.split(".")
-        named = dict(spec)
-        node = named
-        for key in parents:
-            node[key] = dict(node.get(key) or {})
-            node = node[key]
-        node[leaf] = stem
-        return named
-
     def poll_rule(self, job_id: str | None = None) -> dict:
         return self._rule("DescribeTrainingJob", job_id)
 
@@ -328,7 +303,7 @@ class ModelArtsFlavor(Flavor):
 GUARD_PACE = {"epochs": 200, "seconds_per_epoch": 0.6, "learning_rate": 0.01}
 GUARD_RULE = {"metric": "validation_loss", "mode": "min", "patience": 60, "min_delta": 0.05}
 """K7b's early stopping. At a learning rate of 0.01 the digits MLP's validation loss bottoms out
-within ~5 epochs (about 0.11) and never improves by 0.05 again, so the best epoch comes before the
+within ~5 epochs (about 0.12 at batch size 128) and never improves by 0.05 again, so the best epoch comes before the
 triggerer restart. A patience of 60 epochs (36 s) leaves room for the restart (~20 epochs down)
 after the last platform's job has passed its best: their jobs start at different times (Together's
 queue holds its job longer), so the first is ~20 epochs ahead when the triggerers go down."""
