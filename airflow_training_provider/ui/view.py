@@ -190,7 +190,7 @@ def build_view(
             return TrainingJobView(
                 kind="not_training",
                 message="Not a training task: this task does not run training jobs.",
-                **where,
+                **{**where, "tries": []},
             )
         if ti_live:
             message = "No training job yet: the task has not submitted one in this try."

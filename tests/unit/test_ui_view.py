@@ -25,8 +25,10 @@ def ref(seen: TrainingJob | None) -> JobReference:
 
 
 def test_a_task_without_the_console_link_is_not_a_training_task():
-    view = build_view(**WHERE, ti_state="success", is_training_task=False, ref=None)
+    tries = [TrySummary(try_number=1), TrySummary(try_number=2)]
+    view = build_view(**WHERE, ti_state="success", is_training_task=False, ref=None, tries=tries)
     assert view.kind == "not_training" and "Not a training task" in view.message and not view.live
+    assert view.tries == []  # no try picker
 
 
 def test_a_training_task_before_submit_waits_and_refreshes():

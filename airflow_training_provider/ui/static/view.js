@@ -141,7 +141,7 @@
   function renderTries(view) {
     const picker = $("try-picker");
     const tries = view.tries || [];
-    $("try-bar").hidden = tries.length === 0;
+    $("try-bar").hidden = tries.length < 2; // as Airflow's own try selector: once there was a retry
     picker.replaceChildren();
     for (const t of tries) {
       const option = document.createElement("option");
