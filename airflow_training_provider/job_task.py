@@ -16,6 +16,7 @@ Whether to cancel is always the :class:`~airflow_training_provider.cancellation.
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 import threading
@@ -101,6 +102,19 @@ CONFIRM_TIMEOUT_PARAMETER = {"confirm_timeout": "confirm_cancel_timeout"}
 #: state, the rest for the cancel's two calls (the job's state, then the cancel), shared equally.
 ON_KILL_BUDGET = 4.5
 ON_KILL_VERIFY_TIMEOUT = 1.5
+
+
+def try_record(value: dict[str, Any]) -> dict[str, Any]:
+    """A try's job reference as kept in the task state store: whole, or without the job when it is
+    larger than ``[state_store] max_value_storage_bytes`` (a long job's checkpoints and metric
+    history; Airflow would write it with a warning in every task log) — the UI then asks the
+    platform for that try's job, as for a job that may still change."""
+    from airflow.sdk.configuration import conf
+
+    limit = conf.getint("state_store", "max_value_storage_bytes", fallback=65535)
+    if limit > 0 and len(json.dumps(value)) > limit:
+        return {**value, "job": None}
+    return value
 
 
 class TrainingJobFailed(AirflowException):
@@ -300,7 +314,7 @@ class TrainingJobTaskMixin(_Host):
         if store is not None and ref.try_number is not None:
             # For people only: a failed write must not fail the task (the UI then falls back to XCom).
             try:
-                store.set(try_record_key(ref.try_number), value)
+                store.set(try_record_key(ref.try_number), try_record(value))
             except Exception as exc:  # noqa: BLE001
                 self.log.warning("This try's job record was not kept in the task state store (%s)", exc)
 
