@@ -97,6 +97,8 @@ def training_job_view(
     run_id = run_id.replace(" ", "+")  # a '+' that arrived unencoded
     facts = read_task_instance(dag_id, run_id, task_id, map_index)
     shown = facts.pick(try_number)
+    # no such try: asked for one the task instance does not have (nothing to show), or none yet
+    current = try_number is None if shown is None else shown.try_number == facts.try_number
     ref = shown.ref if shown is not None else None
     platform_job = platform_error = None
     if ref is not None and (ref.job is None or not ref.job.is_terminal):
@@ -115,7 +117,7 @@ def training_job_view(
         run_id=run_id,
         task_id=task_id,
         map_index=map_index,
-        ti_state=shown.ti_state if shown is not None else facts.state,
+        ti_state=shown.ti_state if shown is not None else (facts.state if current else None),
         is_training_task=facts.is_training or any(t.ref is not None for t in facts.tries.values()),
         ref=ref,
         platform_job=platform_job,
@@ -123,7 +125,7 @@ def training_job_view(
         now=datetime.now(UTC),
         try_number=shown.try_number if shown is not None else try_number,
         tries=tries,
-        current_try=shown is None or shown.try_number == facts.try_number,
+        current_try=current,
     )
 
 

@@ -130,6 +130,8 @@ def test_the_console_link_and_the_tab_of_each_try_show_that_trys_job(db, two_tri
         (2, "success", two["job_id"], "succeeded"),
     ]
     assert LOCAL_SECRET not in json.dumps(views)  # the connection's key is never in a view
+    unknown = training_job_view("d", run_id, "train", -1, 9)
+    assert unknown.kind == "waiting" and not unknown.live and "try 9" in unknown.message
 
 
 def test_the_api_server_answers_the_console_link_through_the_plugins_per_try_link():
