@@ -16,6 +16,7 @@ Whether to cancel is always the :class:`~airflow_training_provider.cancellation.
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 import threading
@@ -53,7 +54,12 @@ from airflow_training_provider.lifecycle.waiting import (
     parse_outcome,
     wait_for_job,
 )
-from airflow_training_provider.links import JOB_REF_XCOM_KEY, JobReference, TrainingJobConsoleLink
+from airflow_training_provider.links import (
+    JOB_REF_XCOM_KEY,
+    JobReference,
+    TrainingJobConsoleLink,
+    try_record_key,
+)
 from airflow_training_provider.models import (
     CancelResult,
     Checkpoint,
@@ -96,6 +102,19 @@ CONFIRM_TIMEOUT_PARAMETER = {"confirm_timeout": "confirm_cancel_timeout"}
 #: state, the rest for the cancel's two calls (the job's state, then the cancel), shared equally.
 ON_KILL_BUDGET = 4.5
 ON_KILL_VERIFY_TIMEOUT = 1.5
+
+
+def try_record(value: dict[str, Any]) -> dict[str, Any]:
+    """A try's job reference as kept in the task state store: whole, or without the job when it is
+    larger than ``[state_store] max_value_storage_bytes`` (a long job's checkpoints and metric
+    history; Airflow would write it with a warning in every task log) — the UI then asks the
+    platform for that try's job, as for a job that may still change."""
+    from airflow.sdk.configuration import conf
+
+    limit = conf.getint("state_store", "max_value_storage_bytes", fallback=65535)
+    if limit > 0 and len(json.dumps(value)) > limit:
+        return {**value, "job": None}
+    return value
 
 
 class TrainingJobFailed(AirflowException):
@@ -268,10 +287,15 @@ class TrainingJobTaskMixin(_Host):
     def publish_job(self, context: Context | None, job: TrainingJob) -> None:
         """Publish ``job`` for people: the job reference (XCom ``training_job``, which the UI's
         "Training job" view reads) and the console link (its extra link's XCom), right after submit
-        and again when the task ends, so both work while the task is deferred."""
+        and again when the task ends, so both work while the task is deferred.
+
+        The same reference is kept as this try's record in the task state store
+        (:func:`~airflow_training_provider.links.try_record_key`): the next try clears the XComs,
+        not the store, so the UI still finds each try's job after a retry."""
         ti = context.get("ti") if context else None
         if ti is None:
             return
+        try_number = getattr(ti, "try_number", None)
         ref = JobReference(
             conn_id=self.conn_id,
             platform=job.platform,
@@ -279,11 +303,20 @@ class TrainingJobTaskMixin(_Host):
             console_url=job.console_url,
             job=job,
             seen_at=datetime.now(UTC),
+            try_number=try_number if isinstance(try_number, int) else None,
         )
-        ti.xcom_push(key=JOB_REF_XCOM_KEY, value=ref.model_dump(mode="json"))
+        value = ref.model_dump(mode="json")
+        ti.xcom_push(key=JOB_REF_XCOM_KEY, value=value)
         self.job_reference_published = True
         if job.console_url:
             ti.xcom_push(key=TrainingJobConsoleLink().xcom_key, value=job.console_url)
+        store = context.get("task_state_store") if context else None
+        if store is not None and ref.try_number is not None:
+            # For people only: a failed write must not fail the task (the UI then falls back to XCom).
+            try:
+                store.set(try_record_key(ref.try_number), try_record(value))
+            except Exception as exc:  # noqa: BLE001
+                self.log.warning("This try's job record was not kept in the task state store (%s)", exc)
 
     # -- ending ------------------------------------------------------------------------------------
     def conclude(

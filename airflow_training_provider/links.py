@@ -1,6 +1,12 @@
 """What a training task publishes about its job, for people: the platform console link (an extra
 link) and the job reference the Airflow UI's "Training job" view reads.
 
+Each try's reference is also kept in the task state store under :func:`try_record_key`: a new try
+clears every XCom of its task instance (Airflow 3 XComs are per task instance, not per try), while
+the task state store is kept across retries and clears. The UI reads try N's job from there, so the
+console link and the tab of try 1 still show try 1's job after a retry
+(:mod:`airflow_training_provider.ui.tries`).
+
 Airflow 3 does not call :meth:`get_link` while the UI is open: it shows the value the task pushed
 to XCom under the link's ``xcom_key``. So the task pushes it itself right after submit — the
 button then works while the task is deferred — and the task runner pushes the same value again
@@ -17,8 +23,15 @@ from pydantic import BaseModel
 
 from airflow_training_provider.models import TrainingJob
 
-#: XCom key of the :class:`JobReference` a training task publishes (per try, per map index).
+#: XCom key of the :class:`JobReference` a training task publishes (per map index; the current try's).
 JOB_REF_XCOM_KEY = "training_job"
+#: task state store key prefix of each try's :class:`JobReference` (:func:`try_record_key`).
+TRY_RECORD_PREFIX = "training_job.try"
+
+
+def try_record_key(try_number: int) -> str:
+    """The task state store key of try ``try_number``'s job reference (``training_job.try2``)."""
+    return f"{TRY_RECORD_PREFIX}{try_number}"
 
 
 class JobReference(BaseModel):
@@ -30,6 +43,8 @@ class JobReference(BaseModel):
     :ivar console_url: a link a person can open for this job (``None`` if the platform has none).
     :ivar job: the job as the task last saw it: at submit, then the final job when the task ended.
     :ivar seen_at: when ``job`` was seen (UTC).
+    :ivar try_number: the try that published this reference (a try that re-attached to an earlier
+        try's job publishes that job under its own number).
     """
 
     conn_id: str
@@ -38,6 +53,7 @@ class JobReference(BaseModel):
     console_url: str | None = None
     job: TrainingJob | None = None
     seen_at: datetime | None = None
+    try_number: int | None = None
 
 
 class TrainingJobConsoleLink(BaseOperatorLink):

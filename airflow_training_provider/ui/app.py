@@ -4,12 +4,14 @@ Routes (every one but ``/static`` guarded by Airflow's own auth: a bearer JWT or
 ``_token`` cookie, and read access to the DAG's task instances):
 
 * ``GET /view?dag_id=&run_id=&task_id=&map_index=`` — the page (shown in the task instance's tab);
-* ``GET /data?…`` — its data, :class:`~airflow_training_provider.ui.view.TrainingJobView` as JSON;
+* ``GET /data?…[&try_number=]`` — its data for one try (default: the current one),
+  :class:`~airflow_training_provider.ui.view.TrainingJobView` as JSON;
 * ``/static/…`` — the page's script and style, and uPlot (vendored, MIT).
 
-The data comes from the metadata database (the task instance, its ``training_job`` XCom) and, while
-the job may still change, from the platform through the task's own connection (a short timeout, a
-few seconds of caching; when the platform does not answer, the last state the task saw is shown).
+The data comes from the metadata database (the task instance and its tries, each try's job
+reference: :mod:`airflow_training_provider.ui.tries`) and, while the job may still change, from the
+platform through the task's own connection (a short timeout, a few seconds of caching; when the
+platform does not answer, the last state the task saw is shown).
 """
 
 from __future__ import annotations
@@ -24,9 +26,10 @@ from fastapi import Depends, FastAPI, Query
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
-from airflow_training_provider.links import JOB_REF_XCOM_KEY, JobReference, TrainingJobConsoleLink
+from airflow_training_provider.links import JobReference
 from airflow_training_provider.models import TrainingJob
-from airflow_training_provider.ui.view import TrainingJobView, build_view
+from airflow_training_provider.ui.tries import read_task_instance
+from airflow_training_provider.ui.view import TrainingJobView, TrySummary, build_view
 
 STATIC = Path(__file__).parent / "static"
 #: seconds one platform answer is reused (several open tabs, quick refreshes).
@@ -46,50 +49,20 @@ def map_index_param(map_index: Annotated[str, Query()] = "-1") -> int:
         return -1
 
 
+def try_number_param(try_number: Annotated[str | None, Query()] = None) -> int | None:
+    """``try_number`` as an int; absent, empty or not a positive number: the current try."""
+    try:
+        number = int(try_number) if try_number else None
+    except ValueError:
+        return None
+    return number if number is not None and number > 0 else None
+
+
 def _guard() -> Any:
     from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
     from airflow.api_fastapi.core_api.security import requires_access_dag
 
     return Depends(requires_access_dag("GET", DagAccessEntity.TASK_INSTANCE))
-
-
-def read_task_instance(
-    dag_id: str, run_id: str, task_id: str, map_index: int
-) -> tuple[str | None, bool, Any]:
-    """``(state, is a training task, the JobReference XCom value)`` from the metadata database."""
-    from airflow.models.dagbag import DBDagBag
-    from airflow.models.taskinstance import TaskInstance
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
-
-    with create_session(scoped=False) as session:
-        ti = session.execute(
-            select(TaskInstance.state, TaskInstance.dag_version_id).where(
-                TaskInstance.dag_id == dag_id,
-                TaskInstance.run_id == run_id,
-                TaskInstance.task_id == task_id,
-                TaskInstance.map_index == map_index,
-            )
-        ).first()
-        state = str(ti.state.value if hasattr(ti.state, "value") else ti.state) if ti and ti.state else None
-        is_training = False
-        if ti is not None and ti.dag_version_id is not None:
-            dag = DBDagBag().get_dag(ti.dag_version_id, session)
-            task = dag.task_dict.get(task_id) if dag is not None else None
-            is_training = task is not None and TrainingJobConsoleLink.name in (task.extra_links or [])
-        row = session.scalars(
-            XComModel.get_many(
-                run_id=run_id,
-                key=JOB_REF_XCOM_KEY,
-                dag_ids=dag_id,
-                task_ids=task_id,
-                map_indexes=map_index,
-                limit=1,
-            )
-        ).first()
-        value = XComModel.deserialize_value(row) if row is not None else None
-    return state, is_training, value
 
 
 def ask_platform(ref: JobReference) -> tuple[TrainingJob | None, str | None]:
@@ -116,25 +89,43 @@ def ask_platform(ref: JobReference) -> tuple[TrainingJob | None, str | None]:
     return job, error
 
 
-def training_job_view(dag_id: str, run_id: str, task_id: str, map_index: int) -> TrainingJobView:
-    """Gather the inputs of :func:`build_view` for one task instance and build it."""
+def training_job_view(
+    dag_id: str, run_id: str, task_id: str, map_index: int, try_number: int | None = None
+) -> TrainingJobView:
+    """Gather the inputs of :func:`build_view` for one try of one task instance (default: its
+    current try) and build it."""
     run_id = run_id.replace(" ", "+")  # a '+' that arrived unencoded
-    state, is_training, value = read_task_instance(dag_id, run_id, task_id, map_index)
-    ref = JobReference.model_validate(value) if isinstance(value, dict) else None
+    facts = read_task_instance(dag_id, run_id, task_id, map_index)
+    shown = facts.pick(try_number)
+    # no such try: asked for one the task instance does not have (nothing to show), or none yet
+    current = try_number is None if shown is None else shown.try_number == facts.try_number
+    ref = shown.ref if shown is not None else None
     platform_job = platform_error = None
     if ref is not None and (ref.job is None or not ref.job.is_terminal):
         platform_job, platform_error = ask_platform(ref)
+    tries = [
+        TrySummary(
+            try_number=t.try_number,
+            ti_state=t.ti_state,
+            job_id=t.ref.job_id if t.ref else None,
+            job_state=t.ref.job.state.value if t.ref and t.ref.job else None,
+        )
+        for t in facts.tries.values()
+    ]
     return build_view(
         dag_id=dag_id,
         run_id=run_id,
         task_id=task_id,
         map_index=map_index,
-        ti_state=state,
-        is_training_task=is_training or ref is not None,
+        ti_state=shown.ti_state if shown is not None else (facts.state if current else None),
+        is_training_task=facts.is_training or any(t.ref is not None for t in facts.tries.values()),
         ref=ref,
         platform_job=platform_job,
         platform_error=platform_error,
         now=datetime.now(UTC),
+        try_number=shown.try_number if shown is not None else try_number,
+        tries=tries,
+        current_try=current,
     )
 
 
@@ -149,9 +140,13 @@ def create_app() -> FastAPI:
 
     @app.get("/data", response_model=TrainingJobView, dependencies=[guard])
     def data(
-        dag_id: str, run_id: str, task_id: str, map_index: Annotated[int, Depends(map_index_param)]
+        dag_id: str,
+        run_id: str,
+        task_id: str,
+        map_index: Annotated[int, Depends(map_index_param)],
+        try_number: Annotated[int | None, Depends(try_number_param)] = None,
     ) -> TrainingJobView:
-        return training_job_view(dag_id, run_id, task_id, map_index)
+        return training_job_view(dag_id, run_id, task_id, map_index, try_number)
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     return app

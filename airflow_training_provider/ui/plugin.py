@@ -1,7 +1,9 @@
 """The provider's Airflow plugin, registered through the ``airflow.plugins`` entry point: the
 "Training job" tab — it mounts the view's FastAPI sub-application (in the API server) and adds the
 tab to every task instance (Airflow 3.3 cannot limit a tab to some operators; the page says "not a
-training task" elsewhere) — and the mark-failed listener (:mod:`airflow_training_provider.listeners`:
+training task" elsewhere) —, the console link of the try the user looks at
+(:class:`~airflow_training_provider.ui.tries.TryConsoleLink`, in place of the latest try's link
+Airflow reads from XCom), and the mark-failed listener (:mod:`airflow_training_provider.listeners`:
 a deferred training task set to failed while no triggerer runs its trigger has its job cancelled by
 the API server)."""
 
@@ -14,6 +16,7 @@ from airflow.plugins_manager import AirflowPlugin
 
 from airflow_training_provider.listeners import LISTENER, warm_up
 from airflow_training_provider.ui.app import create_app
+from airflow_training_provider.ui.tries import TryConsoleLink
 
 URL_PREFIX = "/training-job"
 
@@ -42,6 +45,7 @@ class TrainingJobViewPlugin(AirflowPlugin):
             "url_route": "training-job",
         }
     ]
+    operator_extra_links = [TryConsoleLink()]
     listeners = [LISTENER]
 
 

@@ -1,8 +1,9 @@
 """What the "Training job" view shows for one task instance — pure logic, no Airflow or I/O.
 
-The route (:mod:`airflow_training_provider.ui.app`) gathers the inputs (the task instance's state,
-its :class:`~airflow_training_provider.links.JobReference` from XCom, the platform's answer if it
-was asked) and :func:`build_view` turns them into :class:`TrainingJobView`, the JSON the page draws.
+The route (:mod:`airflow_training_provider.ui.app`) gathers the inputs (the state of the try shown,
+its :class:`~airflow_training_provider.links.JobReference` from the task state store or XCom, the
+platform's answer if it was asked, the task instance's tries) and :func:`build_view` turns them into
+:class:`TrainingJobView`, the JSON the page draws.
 """
 
 from __future__ import annotations
@@ -35,15 +36,38 @@ class Curve(BaseModel):
     points: list[Point] = Field(default_factory=list)
 
 
+class TrySummary(BaseModel):
+    """One entry of the page's try picker: a try, its task instance state and its job, if any.
+
+    :ivar job_state: the job's state as that try last saw it (``None``: no job recorded).
+    """
+
+    try_number: int
+    ti_state: str | None = None
+    job_id: str | None = None
+    job_state: str | None = None
+
+
+class ProgramLog(BaseModel):
+    """The training program's own log lines (what it printed on the platform). A later change fills
+    it; until then the view's ``program_log`` is ``None`` and the page shows no such section."""
+
+    lines: list[str] = Field(default_factory=list)
+
+
 class TrainingJobView(BaseModel):
-    """The page's data for one task instance (the data route's JSON).
+    """The page's data for one try of one task instance (the data route's JSON).
 
     :ivar kind: ``training`` (a job to show), ``waiting`` (a training task that has not submitted
         its job in this try yet) or ``not_training`` (the task does not run training jobs).
-    :ivar ti_state: the task instance's state (``None`` before it was scheduled).
+    :ivar try_number: the try shown (``None``: the task instance has not been scheduled).
+    :ivar tries: every try of the task instance, oldest first (the page's try picker).
+    :ivar ti_state: the state of the try shown (an earlier try's from Airflow's task instance
+        history; ``None`` before it was scheduled).
     :ivar live: the job may still change: the page refreshes itself every ``refresh_seconds``.
-    :ivar source: where ``job`` comes from: ``platform`` (asked just now) or ``xcom`` (what the task
-        last published: at submit, or the final job when the task ended).
+    :ivar source: where ``job`` comes from: ``platform`` (asked just now) or ``xcom`` (what the try
+        last published: at submit, or the final job when it ended; read from its XCom or, kept
+        across tries, from the task state store).
     :ivar stale_reason: why the platform was not asked or did not answer (then ``source`` is xcom).
     :ivar seen_at: when ``job`` was read (UTC).
     :ivar reason: the failure or cancel reason, when the job failed or was cancelled.
@@ -51,6 +75,7 @@ class TrainingJobView(BaseModel):
     :ivar final_checkpoint_id: the checkpoint the job ended with (written on cancel or completion).
     :ivar best_checkpoint_id: the platform's ``best`` checkpoint, else the one with the lowest
         validation loss (or loss).
+    :ivar program_log: the training program's log lines: ``None`` until a later change reads them.
     """
 
     kind: Literal["training", "waiting", "not_training"]
@@ -59,6 +84,8 @@ class TrainingJobView(BaseModel):
     run_id: str
     task_id: str
     map_index: int = -1
+    try_number: int | None = None
+    tries: list[TrySummary] = Field(default_factory=list)
     ti_state: str | None = None
     live: bool = False
     refresh_seconds: float = 5.0
@@ -75,6 +102,7 @@ class TrainingJobView(BaseModel):
     curves: dict[str, list[Curve]] = Field(default_factory=dict)
     final_checkpoint_id: str | None = None
     best_checkpoint_id: str | None = None
+    program_log: ProgramLog | None = None
 
 
 def curves(history: list[MetricPoint]) -> dict[str, list[Curve]]:
@@ -132,13 +160,20 @@ def build_view(
     platform_job: TrainingJob | None = None,
     platform_error: str | None = None,
     now: datetime | None = None,
+    try_number: int | None = None,
+    tries: list[TrySummary] | None = None,
+    current_try: bool = True,
 ) -> TrainingJobView:
-    """The view of one task instance.
+    """The view of one try of one task instance.
 
+    :param ti_state: the state of the try shown.
     :param is_training_task: the task is a training operator or sensor (it carries the console link).
-    :param ref: the job reference the task published in XCom (``None``: none in this try).
+    :param ref: the job reference the try published (``None``: none in this try).
     :param platform_job: the job as the platform told just now, if it was asked and answered.
     :param platform_error: why asking the platform failed, if it was asked and did not answer.
+    :param try_number: the try shown; ``tries``: every try, for the picker.
+    :param current_try: the try shown is the task instance's current one (an earlier try's state is
+        history: only its job, while not ended, keeps the page refreshing).
     """
     where = {
         "dag_id": dag_id,
@@ -146,23 +181,26 @@ def build_view(
         "task_id": task_id,
         "map_index": map_index,
         "ti_state": ti_state,
+        "try_number": try_number,
+        "tries": tries or [],
     }
+    ti_live = current_try and (ti_state is None or ti_state in LIVE_TI_STATES)
     if ref is None:
         if not is_training_task:
             return TrainingJobView(
                 kind="not_training",
                 message="Not a training task: this task does not run training jobs.",
-                **where,
+                **{**where, "tries": []},
             )
-        live = ti_state is None or ti_state in LIVE_TI_STATES
-        message = (
-            "No training job yet: the task has not submitted one in this try."
-            if live
-            else "No training job: the task ended before it submitted one."
-        )
-        return TrainingJobView(kind="waiting", message=message, live=live, **where)
+        if ti_live:
+            message = "No training job yet: the task has not submitted one in this try."
+        elif current_try:
+            message = "No training job: the task ended before it submitted one."
+        else:
+            message = f"No training job recorded for try {try_number}: it ended before it submitted one."
+        return TrainingJobView(kind="waiting", message=message, live=ti_live, **where)
     job, source, seen_at = (platform_job, "platform", now) if platform_job else (ref.job, "xcom", ref.seen_at)
-    live = (ti_state in LIVE_TI_STATES) or (job is not None and not job.is_terminal)
+    live = (current_try and ti_state in LIVE_TI_STATES) or (job is not None and not job.is_terminal)
     stale = None
     if platform_job is None and platform_error:
         stale = f"The platform did not answer ({platform_error}); showing the last state the task saw."

@@ -43,13 +43,35 @@ class UI:
     stack: AirflowStack
     control: LocalPlatformControl
 
-    def data(self, dag_id: str, run_id: str, task_id: str, map_index: int | str = "{MAP_INDEX}", **kw):
+    def data(
+        self,
+        dag_id: str,
+        run_id: str,
+        task_id: str,
+        map_index: int | str = "{MAP_INDEX}",
+        try_number: int | None = None,
+        **kw,
+    ):
         params = {"dag_id": dag_id, "run_id": run_id, "task_id": task_id, "map_index": map_index}
+        if try_number is not None:
+            params["try_number"] = try_number
         return requests.get(f"{self.stack.url}/training-job/data", params=params, timeout=30, **kw)
 
-    def view(self, dag_id: str, run_id: str, task_id: str, map_index: int | str = "{MAP_INDEX}") -> dict:
+    def view(
+        self,
+        dag_id: str,
+        run_id: str,
+        task_id: str,
+        map_index: int | str = "{MAP_INDEX}",
+        try_number: int | None = None,
+    ) -> dict:
         response = self.data(
-            dag_id, run_id, task_id, map_index, headers={"Authorization": f"Bearer {self.stack.token()}"}
+            dag_id,
+            run_id,
+            task_id,
+            map_index,
+            try_number,
+            headers={"Authorization": f"Bearer {self.stack.token()}"},
         )
         assert response.status_code == 200, response.text
         return response.json()
@@ -167,7 +189,7 @@ def test_the_training_job_tab_shows_the_job_live_and_after_it_ended(ui, page):
     page.screenshot(path=str(ARTIFACTS / "training-job-view.png"), full_page=True)
 
 
-def test_each_map_index_shows_its_own_job_and_other_tasks_say_they_are_not_training(ui):
+def test_each_map_index_and_each_try_shows_its_own_job_and_other_tasks_say_they_are_not_training(ui, page):
     run_id = ui.stack.trigger(MAPPED)
     for index in (0, 1):
         wait_for(
@@ -188,6 +210,33 @@ def test_each_map_index_shows_its_own_job_and_other_tasks_say_they_are_not_train
     done = [r["dag_run_id"] for r in runs if r["state"] == "success"]
     assert done, "an example DAG run succeeded (the browser test's)"
     assert ui.view(DAG, done[0], "evaluate")["kind"] == "not_training"
+
+    # after a retry each try keeps its own job: the data route, the console link, the tab's picker
+    wait_for(lambda: ui.stack.ti_state(MAPPED, run_id, "retried") == "success", 120, "the retry to succeed")
+    tries = {n: ui.view(MAPPED, run_id, "retried", try_number=n) for n in (1, 2)}
+    assert tries[1]["job"]["state"] == "failed" and tries[1]["ti_state"] == "failed"
+    assert tries[2]["job"]["state"] == "succeeded" and tries[2]["ti_state"] == "success"
+    assert tries[1]["job_id"] != tries[2]["job_id"] == ui.xcom(MAPPED, run_id, "retried", "job_id")
+    assert ui.view(MAPPED, run_id, "retried")["try_number"] == 2  # default: the current try
+    links_path = f"/dags/{MAPPED}/dagRuns/{run_id}/taskInstances/retried/links"
+    for n in (1, 2):
+        links = ui.stack.call("GET", links_path, params={"try_number": n})["extra_links"]
+        assert links["Training job console"] == tries[n]["console_url"], n
+
+    page.goto(f"{ui.stack.url}/dags/{MAPPED}/runs/{run_id}/tasks/retried/plugin/training-job")
+    frame = page.frame_locator("iframe[src*='/training-job/view']")
+    frame.locator("#app[data-try-number='2'][data-kind='training']").wait_for(timeout=60_000)
+    assert frame.locator("#job-id").inner_text() == tries[2]["job_id"]
+    frame.locator("#try-picker").select_option("1")
+    frame.locator("#app[data-try-number='1']").wait_for(timeout=30_000)
+    assert frame.locator("#job-id").inner_text() == tries[1]["job_id"]
+    assert frame.locator("#state").get_attribute("data-state") == "failed"
+    assert frame.locator("#console-link").get_attribute("href") == tries[1]["console_url"]
+    assert frame.locator("#program-log").is_hidden()  # the program's log lines: a later change
+    # Airflow's own try selector puts ?try_number= in the page's address: the tab starts on that try
+    page.goto(f"{ui.stack.url}/dags/{MAPPED}/runs/{run_id}/tasks/retried/plugin/training-job?try_number=1")
+    frame = page.frame_locator("iframe[src*='/training-job/view']")
+    frame.locator("#app[data-try-number='1'][data-kind='training']").wait_for(timeout=60_000)
 
 
 def test_while_the_platform_does_not_answer_the_view_shows_the_last_state_from_xcom(ui):

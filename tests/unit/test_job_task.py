@@ -121,3 +121,26 @@ def test_execution_timeout_counts_from_the_try_start_not_from_execute():
     assert deadline == pytest.approx(started.timestamp() + 25, abs=1e-6)
     assert op.deadline_from_now() == pytest.approx(datetime.now(UTC).timestamp() + 25, abs=1)
     assert operator().deadline_from_now({"ti": SimpleNamespace(start_date=started)}) is None
+
+
+def test_each_try_keeps_its_job_record_whole_or_without_a_job_too_big_for_the_store(monkeypatch):
+    from airflow_training_provider.links import try_record_key
+    from airflow_training_provider.models import MetricPoint
+
+    op = operator()
+    context = task_context(op, try_number=3)
+    result = op.execute_complete(context, JobFinished(job_id="j1", job=job(JobState.SUCCEEDED)).model_dump())
+    record = context["task_state_store"].get(try_record_key(3))
+    assert record["try_number"] == 3 and record["job"]["id"] == result["id"] == "j1"
+    assert record == context["ti"].xcoms["training_job"]
+
+    monkeypatch.setenv("AIRFLOW__STATE_STORE__MAX_VALUE_STORAGE_BYTES", "2000")
+    history = [
+        MetricPoint(step=i, kind="train", epoch=i / 10, values={"loss": 1 / (i + 1)}) for i in range(100)
+    ]
+    long_job = job(JobState.SUCCEEDED).model_copy(update={"metric_history": history})
+    context = task_context(op, try_number=1)
+    op.execute_complete(context, JobFinished(job_id="j1", job=long_job).model_dump(mode="json"))
+    record = context["task_state_store"].get(try_record_key(1))
+    assert record["job"] is None and record["job_id"] == "j1"  # the UI asks the platform for it
+    assert len(context["ti"].xcoms["training_job"]["job"]["metric_history"]) == 100  # XCom: whole

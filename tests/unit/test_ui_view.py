@@ -7,8 +7,9 @@ from datetime import UTC, datetime
 
 from airflow_training_provider.links import JobReference
 from airflow_training_provider.models import Checkpoint, JobState, MetricPoint, TrainingJob
-from airflow_training_provider.ui.app import map_index_param
-from airflow_training_provider.ui.view import build_view, curves
+from airflow_training_provider.ui.app import map_index_param, try_number_param
+from airflow_training_provider.ui.tries import TaskInstanceFacts, TryFacts, _as_ref, merge_tries
+from airflow_training_provider.ui.view import TrySummary, build_view, curves
 
 WHERE = {"dag_id": "d", "run_id": "r", "task_id": "t", "map_index": -1}
 
@@ -24,8 +25,10 @@ def ref(seen: TrainingJob | None) -> JobReference:
 
 
 def test_a_task_without_the_console_link_is_not_a_training_task():
-    view = build_view(**WHERE, ti_state="success", is_training_task=False, ref=None)
+    tries = [TrySummary(try_number=1), TrySummary(try_number=2)]
+    view = build_view(**WHERE, ti_state="success", is_training_task=False, ref=None, tries=tries)
     assert view.kind == "not_training" and "Not a training task" in view.message and not view.live
+    assert view.tries == []  # no try picker
 
 
 def test_a_training_task_before_submit_waits_and_refreshes():
@@ -105,3 +108,42 @@ def test_checkpoints_final_and_best_are_marked():
 
 def test_an_unsubstituted_map_index_is_an_unmapped_task():
     assert map_index_param("{MAP_INDEX}") == -1 and map_index_param("3") == 3
+
+
+def test_try_number_absent_or_not_a_try_means_the_current_try():
+    assert [try_number_param(v) for v in (None, "", "x", "0", "-2", "3")] == [None] * 5 + [3]
+
+
+def test_an_earlier_try_is_history_only_its_unfinished_job_keeps_the_page_live():
+    tries = [TrySummary(try_number=1, ti_state="up_for_retry"), TrySummary(try_number=2, ti_state="running")]
+    kept = build_view(
+        **WHERE, ti_state="up_for_retry", is_training_task=True, ref=ref(job(JobState.FAILED)),
+        try_number=1, tries=tries, current_try=False,
+    )  # fmt: skip
+    assert kept.kind == "training" and not kept.live and kept.try_number == 1 and kept.tries == tries
+    left_running = build_view(
+        **WHERE, ti_state="up_for_retry", is_training_task=True, ref=ref(job(JobState.RUNNING)),
+        try_number=1, current_try=False,
+    )  # fmt: skip
+    assert left_running.live  # a job left for the retry still changes: the platform is asked
+    nothing = build_view(
+        **WHERE, ti_state="up_for_retry", is_training_task=True, ref=None, try_number=1, current_try=False
+    )
+    assert nothing.kind == "waiting" and not nothing.live and "try 1" in nothing.message
+    assert nothing.program_log is None  # the program's log lines: a later change
+
+
+def test_each_try_shows_its_own_record_and_only_the_current_try_falls_back_to_xcom():
+    one, two = ref(job(JobState.FAILED)), ref(job(JobState.SUCCEEDED)).model_copy(update={"job_id": "j2"})
+    states = {1: "failed", 2: "success"}
+    tries = merge_tries(states, {1: one, 2: two}, xcom_ref=two, current=2)
+    facts = TaskInstanceFacts(state="success", try_number=2, is_training=True, tries=tries)
+    assert facts.pick(None).ref.job_id == "j2" and facts.pick(1).ref is one and facts.pick(7) is None
+    # no records (a task run before they existed): the current try has its XCom, try 1 nothing
+    bare = merge_tries(states, {}, xcom_ref=two, current=2)
+    assert bare[2].ref is two and bare[1] == TryFacts(1, "failed", None)
+    # an XCom another try published is not this try's (try 3 has just started)
+    assert (
+        merge_tries({**states, 3: "running"}, {}, two.model_copy(update={"try_number": 2}), 3)[3].ref is None
+    )
+    assert _as_ref(one.model_dump_json()) == one and _as_ref({"__external_ref": "s3://x"}) is None

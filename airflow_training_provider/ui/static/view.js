@@ -1,9 +1,24 @@
 // The "Training job" view: draws /training-job/data for the task instance in the page's query
-// string, and refreshes itself while the job may still change. No build step, no CDN.
+// string, one try at a time (a picker), and refreshes itself while the job may still change.
+// No build step, no CDN.
 (function () {
   "use strict";
   const $ = (id) => document.getElementById(id);
   const charts = {};
+  let timer = null;
+
+  // The try shown: ?try_number= on this page, else the one Airflow's own try selector put in the
+  // address of the page around this tab (same origin), else none: the server shows the current try.
+  function initialTry() {
+    const own = new URLSearchParams(window.location.search).get("try_number");
+    if (own) return own;
+    try {
+      return new URLSearchParams(window.parent.location.search).get("try_number");
+    } catch (err) {
+      return null;
+    }
+  }
+  let selectedTry = initialTry();
   const COLORS = { training: "#2b6cb0", validation: "#dd6b20" };
 
   function fmtSeconds(s) {
@@ -123,7 +138,31 @@
     if (!list.children.length) list.innerHTML = "<li>No platform events.</li>";
   }
 
+  function renderTries(view) {
+    const picker = $("try-picker");
+    const tries = view.tries || [];
+    $("try-bar").hidden = tries.length < 2; // as Airflow's own try selector: once there was a retry
+    picker.replaceChildren();
+    for (const t of tries) {
+      const option = document.createElement("option");
+      option.value = String(t.try_number);
+      const job = t.job_id ? `job ${t.job_id}${t.job_state ? " (" + t.job_state + ")" : ""}` : "no job";
+      option.textContent = `${t.try_number}: ${t.ti_state || "—"}, ${job}`;
+      option.selected = t.try_number === view.try_number;
+      picker.append(option);
+    }
+    $("app").dataset.tryNumber = view.try_number ?? "";
+  }
+
+  // The training program's own log lines: filled by a later change (program_log is null today).
+  function renderProgramLog(view) {
+    const lines = view.program_log ? view.program_log.lines || [] : null;
+    $("program-log").hidden = lines === null;
+    $("program-log-lines").textContent = lines ? lines.join("\n") : "";
+  }
+
   function render(view) {
+    renderTries(view);
     const app = $("app");
     app.dataset.kind = view.kind;
     app.dataset.live = view.live;
@@ -156,22 +195,37 @@
       renderCheckpoints(view);
       renderEvents(job);
     }
+    renderProgramLog(view);
+  }
+
+  function dataUrl() {
+    const query = new URLSearchParams(window.location.search);
+    query.delete("try_number");
+    if (selectedTry) query.set("try_number", selectedTry);
+    return "data?" + query.toString();
   }
 
   async function refresh() {
+    window.clearTimeout(timer);
+    const asked = selectedTry;
     let view = null;
     try {
-      const response = await fetch("data" + window.location.search, { credentials: "same-origin" });
+      const response = await fetch(dataUrl(), { credentials: "same-origin" });
       if (!response.ok) throw new Error(`HTTP ${response.status}`);
       view = await response.json();
+      if (asked !== selectedTry) return; // the user picked another try meanwhile: that answer comes
       render(view);
     } catch (err) {
       $("message").hidden = false;
       $("message").textContent = `Could not load the training job view: ${err.message}`;
     }
     const delay = view ? view.refresh_seconds * 1000 : 10000;
-    if (!view || view.live) window.setTimeout(refresh, delay);
+    if (!view || view.live) timer = window.setTimeout(refresh, delay);
   }
 
+  $("try-picker").addEventListener("change", (event) => {
+    selectedTry = event.target.value;
+    refresh();
+  });
   refresh();
 })();

@@ -1,8 +1,10 @@
-"""A mapped training task: one job per map index (the "Training job" view shows each)."""
+"""A mapped training task: one job per map index (the "Training job" view shows each); and a task
+whose first try's job fails (a bad learning rate on try 1 only) and whose retry's job succeeds
+(the view and the console link show each try's own job)."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from airflow.sdk import DAG
 
@@ -17,7 +19,33 @@ def spec(i: int) -> dict:
     }
 
 
-with DAG("ui_mapped_training", schedule=None, start_date=datetime(2026, 1, 1), catchup=False, tags=["test"]):
+with DAG(
+    "ui_mapped_training",
+    schedule=None,
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    tags=["test"],
+    render_template_as_native_obj=True,  # the learning rate reaches the spec as a number
+):
     SubmitTrainingJobOperator.partial(
         task_id="train", conn_id="tensorone_local", deferrable=True, poll_interval=1
     ).expand(spec=[spec(0), spec(1)])
+    SubmitTrainingJobOperator(
+        task_id="retried",
+        conn_id="tensorone_local",
+        deferrable=True,
+        poll_interval=1,
+        retries=1,
+        retry_delay=timedelta(seconds=1),
+        spec={
+            "name": "retried",
+            "datasetId": "digits",
+            "config": {
+                "training": {
+                    "epochs": 2,
+                    "seconds_per_epoch": 0.3,
+                    "learning_rate": "{{ -0.5 if ti.try_number == 1 else 0.001 }}",
+                }
+            },
+        },
+    )
