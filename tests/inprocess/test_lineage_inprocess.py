@@ -7,6 +7,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from airflow_training_provider.testing.inprocess import run_task, task_context
 from tests.inprocess.test_operators_inprocess import submit, tensorone_spec
 
@@ -27,6 +29,7 @@ def test_the_lineage_names_the_training_data_the_model_and_the_job(control):
     assert facet._schemaURL.startswith("urn:airflow-training-provider:facets:TrainingJobRunFacet")
 
 
+@pytest.mark.slow  # a fresh interpreter imports Airflow (about 5 s)
 def test_the_operator_imports_and_runs_without_the_openlineage_provider(platform):
     code = """
 import sys

@@ -127,6 +127,7 @@ def test_submit_and_wait_succeeds_the_same_way_deferred_or_on_the_worker(
         assert result["metric_history"][-1]["step"] == job["progress"]["total_steps"]
 
 
+@pytest.mark.slow  # waits out three Retry-After answers (about 6 s)
 def test_sagemaker_create_throttled_three_times_makes_exactly_one_job(control):
     op = submit("aws", sagemaker_spec(), deferrable=True)
     rule = control.add_fault(
