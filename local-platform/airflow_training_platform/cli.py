@@ -6,6 +6,10 @@ plus one flag per setting (``--gpus N``, ``--seconds-per-epoch S``, ``--api-key 
 ``--sagemaker-image-command IMAGE=COMMAND``...): ``airflow-training-platform serve --help`` lists
 them, generated from :mod:`.settings`. Also ``python -m airflow_training_platform.cli serve ...``.
 
+``airflow-training-platform check-stop SPEC.json [--platform sagemaker] [--data-dir DIR]
+[--after-seconds N | --after-checkpoint] [--grace-seconds S]``: the stop-readiness check
+(:mod:`.stop_check`).
+
 The server binds 127.0.0.1 unless ``--host`` says otherwise; with ``--allow-user-code`` it runs code
 named in requests, so keep it there.
 
@@ -27,6 +31,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from airflow_training_platform.settings import API_KEY_ENV, PlatformSettings
+from airflow_training_platform.stop_check import PROGRAM_SOURCES, run_check
 
 SERVER_OPTIONS = {"host": "127.0.0.1", "port": 8080, "log_level": "info"}
 """Options of the HTTP server itself (not platform settings)."""
@@ -75,6 +80,17 @@ def build_parser() -> argparse.ArgumentParser:
             default=default,
             help=help_text + suffix,
         )
+    check = sub.add_parser(
+        "check-stop",
+        help="run a spec's training program, stop it as the platform would, and say whether it saved its work",
+    )
+    check.add_argument("spec", help="the job spec (JSON file): the platform's create body")
+    check.add_argument("--platform", choices=sorted(PROGRAM_SOURCES), default="sagemaker")
+    check.add_argument("--data-dir", default=".", help="the local platform's data directory (its s3/ root)")
+    when = check.add_mutually_exclusive_group()
+    when.add_argument("--after-seconds", type=float, default=10.0, help="stop it this long after the start")
+    when.add_argument("--after-checkpoint", action="store_true", help="stop it at its first checkpoint")
+    check.add_argument("--grace-seconds", type=float, default=120.0, help="SIGKILL this long after SIGTERM")
     return parser
 
 
@@ -126,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "serve":
         return serve(args)
+    if args.command == "check-stop":
+        return run_check(args)
     return 2  # pragma: no cover - argparse enforces the subcommand
 
 

@@ -10,7 +10,7 @@ it saw) into ``SM_MODEL_DIR``, and ``predictions.csv`` into ``SM_OUTPUT_DATA_DIR
 
 Hyperparameters (``--name value``): ``epochs``, ``lr``, ``seconds_per_epoch`` (sleep per epoch),
 ``spawn_child`` (1: start a ``sleep`` child first; its pid goes to ``child.pid`` in the model
-directory), ``ignore_sigterm`` (1), ``fail_with`` (a message: write it to ``output/failure`` and
+directory), ``ignore_sigterm`` (1), ``crash_on_sigterm`` (1: its SIGTERM handler raises), ``fail_with`` (a message: write it to ``output/failure`` and
 exit 1), ``dump_env`` (1: the whole environment into ``env.json`` in the model directory, at start).
 """
 
@@ -37,6 +37,7 @@ def main() -> int:
     parser.add_argument("--seconds_per_epoch", type=float, default=0.0)
     parser.add_argument("--spawn_child", type=int, default=0)
     parser.add_argument("--ignore_sigterm", type=int, default=0)
+    parser.add_argument("--crash_on_sigterm", type=int, default=0)
     parser.add_argument("--fail_with", default="")
     parser.add_argument("--dump_env", type=int, default=0)
     args = parser.parse_args()
@@ -55,6 +56,8 @@ def main() -> int:
         return 1
     if args.ignore_sigterm:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    elif args.crash_on_sigterm:
+        signal.signal(signal.SIGTERM, _crash)
     else:
         signal.signal(signal.SIGTERM, lambda *_: STOP.update(requested=True))
     if args.spawn_child:
@@ -111,6 +114,10 @@ def main() -> int:
     np.savetxt(os.path.join(os.environ["SM_OUTPUT_DATA_DIR"], "predictions.csv"), (x @ w > 0).astype(int))
     print("training complete", flush=True)
     return 0
+
+
+def _crash(*_: object) -> None:
+    raise RuntimeError("the SIGTERM handler failed before saving anything")
 
 
 if __name__ == "__main__":

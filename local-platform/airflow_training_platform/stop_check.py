@@ -1,0 +1,215 @@
+"""Stop-readiness check: does a training program save its work when the platform stops it?
+
+A cancel from Airflow reaches the job as the platform's stop: SIGTERM to the program, then SIGKILL
+after a grace period (SageMaker's ``StopTrainingJob``: 120 s). Whatever the program has not saved
+by then is lost, and a retry with ``resume_from_checkpoint=True`` starts from the last checkpoint it
+did write. This runs a spec's program once, the way the local platform would (the same contract,
+directories and environment, :mod:`.engine.programs`), stops it once it is training, and reports:
+
+* seconds from the stop signal to the exit, and whether it was killed after the grace;
+* the checkpoint files new or changed after the stop signal (a *final* checkpoint);
+* the exit status and the last lines of output.
+
+The program is **ready** when it wrote a checkpoint after the stop signal, exited within the grace,
+and exited cleanly (status 0, or the SIGTERM it was sent: ``-15``/``143``). Anything else is named.
+
+``airflow-training-platform check-stop SPEC.json --platform sagemaker [--data-dir DIR]
+[--after-seconds N | --after-checkpoint] [--grace-seconds S]``; exit status 0 when ready, 1 when
+not, 2 for a spec that names no program.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_training_platform.engine.programs import ProgramProcess, ProgramSource, read_log
+
+#: exit statuses of a program that stopped as asked: it returned, or SIGTERM's default action ended it
+CLEAN_EXITS = frozenset({0, -signal.SIGTERM, 128 + signal.SIGTERM})
+
+
+@dataclass
+class StopCheck:
+    """What one stop of a program showed (times in seconds).
+
+    :ivar ran_seconds: from the start to the stop signal (``None``: it exited before being stopped).
+    :ivar exit_seconds: from the stop signal to the exit of its process group's leader.
+    :ivar killed_after_grace: it was still running after the grace and got SIGKILL.
+    :ivar returncode: its exit status (negative: the signal that ended it).
+    :ivar final_checkpoints: checkpoint files (relative to its checkpoint directory) new or changed
+        after the stop signal.
+    :ivar tail: its last lines of output.
+    :ivar problems: why it is not ready; empty when it is.
+    """
+
+    ran_seconds: float | None = None
+    exit_seconds: float | None = None
+    killed_after_grace: bool = False
+    returncode: int | None = None
+    final_checkpoints: list[str] = field(default_factory=list)
+    tail: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ready(self) -> bool:
+        return not self.problems
+
+    def report(self) -> str:
+        """A few lines for a terminal."""
+        lines = ["READY: the program saves its work when stopped" if self.ready else "NOT READY"]
+        lines += [f"  - {p}" for p in self.problems]
+        if self.ran_seconds is not None:
+            lines.append(f"stopped after {self.ran_seconds:.1f} s of running")
+        if self.exit_seconds is not None:
+            killed = " (killed after the grace)" if self.killed_after_grace else ""
+            lines.append(f"exited {self.exit_seconds:.1f} s after SIGTERM{killed}, status {self.returncode}")
+        lines.append(f"checkpoints written after the stop: {', '.join(self.final_checkpoints) or 'none'}")
+        lines += ["last output:", *[f"  | {line}" for line in self.tail]]
+        return "\n".join(lines)
+
+
+def check_stop(
+    source: ProgramSource,
+    job_dir: str,
+    *,
+    after_seconds: float | None = None,
+    after_checkpoint: bool = False,
+    grace_seconds: float = 120.0,
+    start_timeout: float = 300.0,
+) -> StopCheck:
+    """Run ``source``'s program in ``job_dir``, send SIGTERM to its process group once it is
+    training (``after_seconds`` after the start, or at its first checkpoint with
+    ``after_checkpoint``; at most ``start_timeout`` s), SIGKILL after ``grace_seconds``, and judge.
+
+    Call it from a thread that outlives the program (the main thread of the CLI).
+    """
+    if (after_seconds is None) == (not after_checkpoint):
+        raise ValueError("give after_seconds or after_checkpoint (one of them)")
+    program = source.prepare(job_dir)
+    result = StopCheck()
+    if program.checkpoint_dir is None:
+        result.problems.append("the spec gives the program no checkpoint directory")
+    process = ProgramProcess(program, job_dir)
+    started = time.monotonic()
+    first_checkpoint = threading.Event()
+    final: set[str] = set()
+
+    def on_checkpoints(paths: list[str]) -> None:
+        first_checkpoint.set()
+        final.update(p for p in paths if process.checkpoints.is_final(p))
+
+    exited = threading.Event()
+    supervisor = threading.Thread(
+        target=_supervise, args=(process, on_checkpoints, exited, result), name="stop-check", daemon=True
+    )
+    supervisor.start()
+    if after_checkpoint:
+        _wait_any((first_checkpoint, exited), start_timeout)
+    else:
+        exited.wait(after_seconds)
+    if exited.is_set():
+        result.problems.append(
+            f"it exited (status {result.returncode}) before it was stopped: stop it sooner "
+            "(--after-seconds) or give it more to do"
+        )
+    else:
+        result.ran_seconds = time.monotonic() - started
+        stop_at = time.monotonic()
+        process.signal(signal.SIGTERM)
+        if not exited.wait(grace_seconds):
+            result.killed_after_grace = True
+            process.signal(signal.SIGKILL)
+            exited.wait(30)
+        result.exit_seconds = time.monotonic() - stop_at
+        if result.killed_after_grace:
+            result.problems.append(
+                f"it was still running {grace_seconds:.0f} s after SIGTERM and was killed: "
+                "handle SIGTERM (save, then exit)"
+            )
+        if not final:
+            result.problems.append(
+                "it wrote no checkpoint after SIGTERM: its work since the last one is lost"
+            )
+        if (
+            result.returncode is not None
+            and result.returncode not in CLEAN_EXITS
+            and not result.killed_after_grace
+        ):
+            result.problems.append(
+                f"it failed on SIGTERM (exit status {result.returncode}): see its last output"
+            )
+    supervisor.join(30)
+    result.final_checkpoints = sorted(final)
+    result.tail = [entry["line"] for entry in read_log(program.log_file, 0, 10**9)["lines"][-10:]]
+    return result
+
+
+def _supervise(
+    process: ProgramProcess,
+    on_checkpoints: Callable[[list[str]], None],
+    exited: threading.Event,
+    result: StopCheck,
+) -> None:
+    try:
+        result.returncode = process.supervise(lambda *_: None, on_checkpoints)
+    finally:
+        exited.set()
+
+
+def _wait_any(events: tuple[threading.Event, ...], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not any(e.is_set() for e in events) and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+# -- the platforms whose specs name a program --------------------------------------------------------
+def sagemaker_program(spec: dict[str, Any], data_dir: str) -> ProgramSource:
+    """A ``CreateTrainingJob`` body's program (script mode, or a mapped image is not known here).
+
+    :raises ValueError: the body names no program (no ``sagemaker_program`` hyperparameter).
+    """
+    from airflow_training_platform.platforms.sagemaker.script_mode import is_user_code, parse_user_code
+
+    body = {
+        "TrainingJobName": "stop-check",
+        "OutputDataConfig": {"S3OutputPath": "s3://stop-check/output"},
+        **spec,
+    }
+    if not is_user_code(body, {}):
+        raise ValueError("the spec names no program: HyperParameters.sagemaker_program is missing")
+    return parse_user_code(body, data_dir, "us-east-1", {})
+
+
+PROGRAM_SOURCES: dict[str, Callable[[dict[str, Any], str], ProgramSource]] = {"sagemaker": sagemaker_program}
+"""Platform → how its spec names a program (``spec, data_dir → ProgramSource``)."""
+
+
+def run_check(args: Any) -> int:
+    """The ``check-stop`` subcommand (see the module doc); returns the exit status."""
+    with open(args.spec, encoding="utf-8") as fh:
+        spec = json.load(fh)
+    data_dir = os.path.abspath(args.data_dir)
+    try:
+        source = PROGRAM_SOURCES[args.platform](spec, data_dir)
+    except ValueError as exc:
+        print(f"{args.spec}: {exc}")
+        return 2
+    job_dir = os.path.join(data_dir, "stop-checks", time.strftime("%Y%m%dT%H%M%S"))
+    os.makedirs(job_dir, exist_ok=True)
+    result = check_stop(
+        source,
+        job_dir,
+        after_seconds=None if args.after_checkpoint else args.after_seconds,
+        after_checkpoint=args.after_checkpoint,
+        grace_seconds=args.grace_seconds,
+    )
+    print(result.report())
+    print(f"(the program ran in {job_dir})")
+    return 0 if result.ready else 1

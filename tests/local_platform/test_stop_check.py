@@ -1,0 +1,74 @@
+"""The stop-readiness check (``airflow-training-platform check-stop``) on the repository's user
+script: ready when it saves on SIGTERM; not ready, naming why, when it ignores SIGTERM (killed after
+the grace, no checkpoint) or crashes on it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from airflow_training_platform.cli import main
+from tests.user_code import DATA_URI, put_code_and_data, script_hyperparameters
+
+
+def check(tmp_path, capsys, **hyperparameters) -> tuple[int, str]:
+    put_code_and_data(str(tmp_path))
+    spec = {
+        "AlgorithmSpecification": {"TrainingImage": "local/sklearn:1", "TrainingInputMode": "File"},
+        "HyperParameters": script_hyperparameters(epochs=1000, seconds_per_epoch=0.2, **hyperparameters),
+        "InputDataConfig": [
+            {
+                "ChannelName": "train",
+                "DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": DATA_URI}},
+            }
+        ],
+    }
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(spec))
+    status = main(
+        [
+            "check-stop",
+            str(path),
+            "--data-dir",
+            str(tmp_path),
+            "--after-seconds",
+            "1.5",
+            "--grace-seconds",
+            "2",
+        ]
+    )
+    return status, capsys.readouterr().out
+
+
+def test_a_script_that_saves_on_sigterm_is_ready(tmp_path, capsys):
+    status, out = check(tmp_path, capsys)
+    assert status == 0, out
+    assert out.startswith("READY")
+    assert "checkpoints written after the stop: checkpoint.json" in out
+    assert "SIGTERM: checkpoint of epoch" in out  # its last output
+
+
+@pytest.mark.parametrize(
+    "behaviour, why",
+    [
+        ("ignore_sigterm", "was still running 2 s after SIGTERM and was killed"),
+        ("crash_on_sigterm", "it failed on SIGTERM (exit status 1)"),
+    ],
+)
+def test_a_script_that_does_not_save_is_not_ready_and_says_why(tmp_path, capsys, behaviour, why):
+    status, out = check(tmp_path, capsys, **{behaviour: 1})
+    assert status == 1, out
+    assert out.startswith("NOT READY")
+    assert why in out
+    assert "it wrote no checkpoint after SIGTERM" in out
+    assert "checkpoints written after the stop: none" in out
+    if behaviour == "crash_on_sigterm":
+        assert "RuntimeError: the SIGTERM handler failed before saving anything" in out
+
+
+def test_a_spec_without_a_program_is_refused(tmp_path, capsys):
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps({"HyperParameters": {"epochs": "3"}}))
+    assert main(["check-stop", str(path), "--data-dir", str(tmp_path)]) == 2
+    assert "names no program" in capsys.readouterr().out
