@@ -19,7 +19,7 @@ from airflow_training_platform.engine.programs import read_log
 from airflow_training_platform.server import LocalPlatformServer
 from tests.conftest import API_KEY, AWS_ACCESS_KEY_ID, aws_connection, server_options
 from tests.local_platform.test_sagemaker_script_mode import ended, script_job, wait
-from tests.user_code import put_code_and_data
+from tests.user_code import put_code_and_data, script_hyperparameters
 
 GROUP = "/aws/sagemaker/TrainingJobs"
 CONN_ID = "aws_cwlogs_local"
@@ -207,7 +207,7 @@ def test_the_amazon_hooks_log_loop_prints_a_running_jobs_lines(sm, aws_conn, mon
 
     fast_describe_gate(monkeypatch)
     name = unique("cwlogs-hook")
-    sm.create_training_job(**script_job(name, epochs=4, seconds_per_epoch=0.3))
+    sm.create_training_job(**script_job(name, epochs=3, seconds_per_epoch=0.2))
     hook = SageMakerHook(aws_conn_id=CONN_ID)
     started = time.monotonic()
     with structlog.testing.capture_logs() as captured:
@@ -221,7 +221,7 @@ def test_the_amazon_hooks_log_loop_prints_a_running_jobs_lines(sm, aws_conn, mon
         )
     assert time.monotonic() - started < 15
     messages = printed(captured)
-    expected = [x for e in (1, 2, 3, 4) for x in (f"epoch={e} ", f"progress {e}/4")] + ["training complete"]
+    expected = [x for e in (1, 2, 3) for x in (f"epoch={e} ", f"progress {e}/3")] + ["training complete"]
     lines = [m for m in messages if m.startswith(("epoch=", "progress ", "training complete"))]
     assert len(lines) == len(expected) and all(map(str.startswith, lines, expected)), messages
     assert any(m.startswith("Billable seconds:") for m in messages)
@@ -265,3 +265,51 @@ def test_a_built_in_trainer_jobs_stream_holds_its_reports_from_its_start(logs, s
         "Training complete", "Job completed",
     ]  # fmt: skip
     assert len(messages) == len(shapes) and all(map(re.fullmatch, shapes, messages)), messages
+
+
+class OneJobEngine:
+    """A stand-in for ``TrainingEngine`` holding one started script-mode job whose log file has
+    ``lines`` (``(t, text)`` pairs): just what :class:`CloudWatchLogs` reads."""
+
+    def __init__(self, lines: list[tuple[float, str]]):
+        self.lines = lines
+        self.rec = {
+            "job_id": "big",
+            "started_at": 1000.0,
+            "request": {"HyperParameters": script_hyperparameters()},
+        }
+
+    def get(self, job_id: str, platform: str | None = None) -> dict:
+        return self.rec
+
+    def list(self, platform: str | None = None) -> list[dict]:
+        return [self.rec]
+
+    def read_log(self, job_id: str, start: int = 0, limit: int = 1000, platform: str | None = None) -> dict:
+        page = [{"t": t, "line": text} for t, text in self.lines[start : start + limit]]
+        return {"lines": page, "next": start + len(page)}
+
+
+def test_a_page_holds_at_most_1_mb_and_an_oversized_line_goes_alone():
+    from airflow_training_platform.platforms.sagemaker.cloudwatch_logs import CloudWatchLogs
+
+    kb300, mb2 = "x" * 300_000, "y" * 2_000_000
+    engine = OneJobEngine([(1000.0 + i, text) for i, text in enumerate([kb300] * 4 + [mb2, "", "end"])])
+    logs = CloudWatchLogs(engine, "us-east-1", {})
+    stream = {"logGroupName": GROUP, "logStreamName": "big/algo-1-1000"}
+    sizes, token = [], None
+    while True:
+        page = logs.get_log_events(
+            {**stream, "startFromHead": True, **({"nextToken": token} if token else {})}
+        )
+        if page["nextForwardToken"] == token:
+            break
+        sizes.append([len(e["message"]) for e in page["events"]])
+        token = page["nextForwardToken"]
+    assert sizes == [[300_000] * 3, [300_000], [2_000_000], [3]]  # the empty line is no event
+    latest = logs.get_log_events({**stream, "limit": 3})
+    assert [len(e["message"]) for e in latest["events"]] == [3]  # the 2 MB line would not fit beside it
+    assert latest["nextBackwardToken"] == "b/6" and latest["nextForwardToken"] == "f/7"
+    assert [e["timestamp"] for e in logs.get_log_events({**stream, "startTime": 1_005_000})["events"]] == [
+        1_006_000
+    ]
