@@ -1,7 +1,8 @@
 """AWS SageMaker training jobs (awsJson 1.1: ``POST /`` + ``X-Amz-Target: SageMaker.*``, SigV4,
-``{"__type", "Message"}`` errors), served from the same engine as every other platform, and the S3
+``{"__type", "Message"}`` errors), served from the same engine as every other platform, the S3
 object API over the directories its jobs read and write (:mod:`.s3`: path-style, REST-XML, SigV4
-for ``s3``)."""
+for ``s3``), and its jobs' output as CloudWatch Logs streams (:mod:`.cloudwatch_logs`:
+``X-Amz-Target: Logs_20140328.*``, SigV4 for ``logs``, ``{"__type", "message"}`` errors)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pydantic import BaseModel, Field
 
 from airflow_training_platform.errors import ApiError, request_id
 from airflow_training_platform.platforms.base import AppContext, LocalPlatform, platform_app, secret_setting
-from airflow_training_platform.platforms.sagemaker import s3
+from airflow_training_platform.platforms.sagemaker import cloudwatch_logs, s3
 from airflow_training_platform.platforms.sagemaker.routes import (
     CONTENT_TYPE,
     build_router,
@@ -47,11 +48,19 @@ class SageMakerOptions(BaseModel):
 
 def render_error(request: Request, err: ApiError) -> Response:
     """awsJson errors: ``{"__type": code, "Message": text}``; client errors are HTTP 400 (403 for auth).
-    STS (query protocol) gets its XML ``ErrorResponse``, S3 its XML ``Error``."""
+    STS (query protocol) gets its XML ``ErrorResponse``, S3 its XML ``Error``, CloudWatch Logs
+    ``{"__type": code, "message": text}`` (lower-case ``message``, as that service writes it)."""
     if s3.is_s3(request.scope):
         return s3.render_error(request, err)
     code = err.code if err.code and err.code[0].isupper() and "_" not in err.code else _CODES.get(err.status)
     headers = {**err.headers, "x-amzn-RequestId": request_id(request)}
+    if cloudwatch_logs.is_logs(request.scope):
+        return JSONResponse(
+            {"__type": code or "InvalidParameterException", "message": err.message},
+            status_code=err.status,
+            headers=headers,
+            media_type=CONTENT_TYPE,
+        )
     if is_sts(request.headers.get("authorization", "")):
         xml = (
             f"<ErrorResponse><Error><Type>Sender</Type><Code>{escape(code or 'InvalidAction')}</Code>"
@@ -78,9 +87,10 @@ _CODES = {
 
 
 def serves(scope: dict[str, Any]) -> bool:
-    """An AWS-style ``POST /`` whose ``X-Amz-Target`` names a SageMaker operation, an STS call, or
-    an S3 request (any method and path: its signature's scope says ``s3``)."""
-    if s3.is_s3(scope):
+    """An AWS-style ``POST /`` whose ``X-Amz-Target`` names a SageMaker operation, an STS call, a
+    CloudWatch Logs call (its target or its signature's scope says ``logs``), or an S3 request (any
+    method and path: its signature's scope says ``s3``)."""
+    if s3.is_s3(scope) or cloudwatch_logs.is_logs(scope):
         return True
     if scope.get("method") != "POST" or scope.get("path") != "/":
         return False

@@ -8,7 +8,9 @@ Operations: ``CreateTrainingJob`` (``ResourceInUse`` for a name that exists), ``
 ``ListTrainingJobs`` (filters, sort, integer ``NextToken``), ``Search`` (``Resource=TrainingJob``;
 filters on ``TrainingJobName``, ``TrainingJobStatus`` and ``Tags.<key>``), ``AddTags``,
 ``ListTags``, ``DeleteTags``. Also STS ``GetCallerIdentity`` (query protocol, XML), which the Amazon
-provider's connection Test button calls (with ``service_config.sts.endpoint_url`` set to here).
+provider's connection Test button calls (with ``service_config.sts.endpoint_url`` set to here), and
+CloudWatch Logs' ``DescribeLogStreams`` and ``GetLogEvents`` (``X-Amz-Target: Logs_20140328.*``,
+:mod:`.cloudwatch_logs`) over the jobs' output.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from urllib.parse import parse_qs
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
 
 from airflow_training_platform.engine import (
     USER_CODE_REFUSED,
@@ -32,7 +35,7 @@ from airflow_training_platform.engine import (
 )
 from airflow_training_platform.errors import ApiError
 from airflow_training_platform.platforms.common import tags_of
-from airflow_training_platform.platforms.sagemaker import script_mode, wire
+from airflow_training_platform.platforms.sagemaker import cloudwatch_logs, script_mode, wire
 from airflow_training_platform.platforms.sagemaker.sigv4 import verify
 
 CONTENT_TYPE = "application/x-amz-json-1.1"
@@ -54,6 +57,7 @@ def build_router(
     (``image_commands``: ``TrainingImage`` → local command), else refuse them."""
     images = dict(image_commands or {})
     router = APIRouter(tags=["sagemaker"])
+    logs = cloudwatch_logs.CloudWatchLogs(engine, region, images).operations
 
     def record(name: Any) -> dict[str, Any]:
         try:
@@ -197,20 +201,30 @@ def build_router(
         target = request.headers.get("x-amz-target", "")
         if not target and is_sts(request.headers.get("authorization", "")):
             return caller_identity(request, raw)
+        if cloudwatch_logs.is_logs(request.scope):  # reads log files: off the event loop
+            read = logs.get(target.removeprefix(cloudwatch_logs.TARGET_PREFIX))
+            if not target.startswith(cloudwatch_logs.TARGET_PREFIX) or read is None:
+                raise ApiError(400, "UnknownOperationException", f"Unknown operation {target}")
+            return JSONResponse(await run_in_threadpool(read, _json_body(raw)), media_type=CONTENT_TYPE)
         operation = operations.get(target.removeprefix(wire.TARGET_PREFIX))
         if not target.startswith(wire.TARGET_PREFIX) or operation is None:
             raise ApiError(400, "UnknownOperationException", f"Unknown operation {target}")
-        try:
-            body = json.loads(raw or b"{}")
-        except ValueError:
-            raise ApiError(
-                400, "SerializationException", "Start of structure or map found where not expected."
-            ) from None
-        if not isinstance(body, dict):
-            raise ApiError(400, "SerializationException", "the request body must be a JSON object")
-        return JSONResponse(operation(body), media_type=CONTENT_TYPE)
+        return JSONResponse(operation(_json_body(raw)), media_type=CONTENT_TYPE)
 
     return router
+
+
+def _json_body(raw: bytes) -> dict[str, Any]:
+    """An awsJson request body: a JSON object (empty: ``{}``). :raises ApiError: ``SerializationException``."""
+    try:
+        body = json.loads(raw or b"{}")
+    except ValueError:
+        raise ApiError(
+            400, "SerializationException", "Start of structure or map found where not expected."
+        ) from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "SerializationException", "the request body must be a JSON object")
+    return body
 
 
 def is_sts(authorization: str) -> bool:
