@@ -236,3 +236,30 @@ def test_without_the_opt_in_flag_user_code_is_refused_and_nothing_runs(platform)
     assert "--allow-user-code" in str(getattr(err.value, "message", err.value))
     names = [j["name"] for j in LocalPlatformControl(platform.url).jobs(platform="pai")]
     assert name not in names
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        (
+            {"code_dir": models.Location(location_type="nas", location_value={"Path": "/x"})},
+            "CodeDir.LocationType",
+        ),
+        (
+            {
+                "input_channels": [
+                    models.CreateTrainingJobRequestInputChannels(name="train", dataset_id="d-1")
+                ]
+            },
+            "InputChannels.1.InputUri",
+        ),
+    ],
+    ids=["nas-code", "dataset-channel"],
+)
+def test_a_user_code_job_the_local_platform_cannot_serve_is_refused_naming_the_field(pai, change, field):
+    body = request(unique("pai-bad"))
+    for key, value in change.items():
+        setattr(body, key, value)
+    with pytest.raises(Exception) as err:
+        pai.create_training_job(body)
+    assert getattr(err.value, "code", None) == "InvalidParameter" and field in str(err.value)
