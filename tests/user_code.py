@@ -1,5 +1,6 @@
-"""The user's own training code the local platform's script-mode tests run
-(``tests/data/user_code/train.py``), and how they put it and its data under the server's S3 root."""
+"""The user's own training code the local platform's user-code tests run
+(``tests/data/user_code/train.py``), and how they put it and its data under the server's S3 root
+(SageMaker script mode) or OSS root (PAI)."""
 
 from __future__ import annotations
 
@@ -17,14 +18,37 @@ METRIC_DEFINITIONS = [
 ]
 
 
+PAI_CODE = {"Bucket": "code", "Key": "pai/v1/"}
+"""``CodeDir.LocationValue`` of the script under the local OSS root (no ``Endpoint`` needed locally)."""
+PAI_DATA_URI = "oss://data/train/"
+PAI_COMMAND = ["sh", "-c", "python train.py $PAI_USER_ARGS"]
+"""``AlgorithmSpec.Command`` as the pai SDK sends the string command ``python train.py $PAI_USER_ARGS``."""
+
+
+def _rows() -> str:
+    rows = [f"{i / 50:.3f},{(i * 7 % 13) / 13:.3f},{int(i >= 50)}" for i in range(100)]
+    return "\n".join(rows) + "\n"
+
+
+def put_pai_code_and_data(data_dir: str) -> None:
+    """The script as an individual object under :data:`PAI_CODE`'s prefix (as the pai SDK uploads
+    ``source_dir``) and the 100-row CSV under :data:`PAI_DATA_URI`, written straight into
+    ``<data_dir>/oss``."""
+    oss = Path(data_dir) / "oss"
+    (oss / "data" / "train").mkdir(parents=True, exist_ok=True)
+    (oss / "data" / "train" / "part-0.csv").write_text(_rows())
+    code = oss / PAI_CODE["Bucket"] / PAI_CODE["Key"]
+    code.mkdir(parents=True, exist_ok=True)
+    (code / "train.py").write_bytes(SCRIPT.read_bytes())
+
+
 def put_code_and_data(data_dir: str) -> None:
     """``sourcedir.tar.gz`` (the script at its root, as the SageMaker Python SDK packs it) at
     :data:`CODE_URI` and a 100-row CSV (two features, a 0/1 label) under :data:`DATA_URI`, written
     straight into ``<data_dir>/s3``."""
     s3 = Path(data_dir) / "s3"
     (s3 / "data" / "train").mkdir(parents=True, exist_ok=True)
-    rows = [f"{i / 50:.3f},{(i * 7 % 13) / 13:.3f},{int(i >= 50)}" for i in range(100)]
-    (s3 / "data" / "train" / "part-0.csv").write_text("\n".join(rows) + "\n")
+    (s3 / "data" / "train" / "part-0.csv").write_text(_rows())
     (s3 / "code" / "v1").mkdir(parents=True, exist_ok=True)
     with tarfile.open(s3 / "code" / "v1" / "sourcedir.tar.gz", "w:gz") as tar:
         tar.add(SCRIPT, arcname="train.py")

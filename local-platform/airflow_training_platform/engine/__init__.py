@@ -2,8 +2,9 @@
 :mod:`.reports` (the trainer's reports), :mod:`.scheduler` (GPU slots and the queue),
 :mod:`.processes` (trainer child processes), :mod:`.billing` (cost and budgets),
 :mod:`.checkpoints` (files, resume, deletion), :mod:`.programs` (a user's own training program
-instead of the trainer), and :mod:`.engine`, the thread-safe facade the
-platform apps call."""
+instead of the trainer) with :mod:`.program_files` (its files in and out of the local object store)
+and :mod:`.container_init` (the init a shell command runs under), and :mod:`.engine`, the
+thread-safe facade the platform apps call."""
 
 from airflow_training_platform.engine.engine import (
     USER_CODE_FLAG,

@@ -1,4 +1,5 @@
-"""A user's own training script, as SageMaker script mode runs it (the local platform's tests).
+"""A user's own training script, as SageMaker script mode or a PAI training job with user code runs
+it (the local platform's tests): the paths come from ``SM_*`` variables, else from PAI's ``PAI_*``.
 
 Logistic regression in plain numpy on the CSV files of the ``train`` channel (features, then a 0/1
 label, no header). Prints ``epoch=<n> loss=<x> accuracy=<y>`` after each epoch (stdout) and a
@@ -6,7 +7,10 @@ progress line on stderr. On SIGTERM it writes ``checkpoint.json`` into the check
 (``$SAGEMAKER_BASE_DIR/checkpoints``, SageMaker's default ``/opt/ml/checkpoints``) and exits 0; at
 start it resumes from a checkpoint found there. At the end it writes ``model.json`` and
 ``seen.json`` (its arguments, ``SM_*`` variables, channel files and ``hyperparameters.json``: what
-it saw) into ``SM_MODEL_DIR``, and ``predictions.csv`` into ``SM_OUTPUT_DATA_DIR``.
+it saw) into ``SM_MODEL_DIR``, and ``predictions.csv`` into ``SM_OUTPUT_DATA_DIR``. Under PAI: the
+``train`` channel is ``PAI_INPUT_TRAIN`` (a directory, or one file), checkpoints go to
+``PAI_OUTPUT_CHECKPOINTS``, the model files to ``PAI_OUTPUT_MODEL``, the configuration is read
+from ``PAI_CONFIG_DIR``; there is no failure file and no ``predictions.csv``.
 
 Hyperparameters (``--name value``): ``epochs``, ``lr``, ``seconds_per_epoch`` (sleep per epoch),
 ``spawn_child`` (1: start a ``sleep`` child first; its pid goes to ``child.pid`` in the model
@@ -42,16 +46,22 @@ def main() -> int:
     parser.add_argument("--dump_env", type=int, default=0)
     args = parser.parse_args()
 
-    model_dir = os.environ["SM_MODEL_DIR"]
-    base = os.environ.get("SAGEMAKER_BASE_DIR", "/opt/ml")
-    checkpoint_dir = os.path.join(base, "checkpoints")
+    pai = "SM_MODEL_DIR" not in os.environ and "PAI_WORKING_DIR" in os.environ
+    if pai:
+        model_dir, checkpoint_dir = os.environ["PAI_OUTPUT_MODEL"], os.environ["PAI_OUTPUT_CHECKPOINTS"]
+        channel, config_dir = os.environ["PAI_INPUT_TRAIN"], os.environ["PAI_CONFIG_DIR"]
+    else:
+        model_dir = os.environ["SM_MODEL_DIR"]
+        checkpoint_dir = os.path.join(os.environ.get("SAGEMAKER_BASE_DIR", "/opt/ml"), "checkpoints")
+        channel, config_dir = os.environ["SM_CHANNEL_TRAIN"], os.environ["SM_INPUT_CONFIG_DIR"]
     checkpoint = os.path.join(checkpoint_dir, "checkpoint.json")
     if args.dump_env:
         with open(os.path.join(model_dir, "env.json"), "w") as fh:
             json.dump(dict(os.environ), fh)
     if args.fail_with:
-        with open(os.path.join(os.environ["SM_OUTPUT_DIR"], "failure"), "w") as fh:
-            fh.write(args.fail_with)
+        if not pai:
+            with open(os.path.join(os.environ["SM_OUTPUT_DIR"], "failure"), "w") as fh:
+                fh.write(args.fail_with)
         print("giving up:", args.fail_with, flush=True)
         return 1
     if args.ignore_sigterm:
@@ -65,7 +75,7 @@ def main() -> int:
         with open(os.path.join(model_dir, "child.pid"), "w") as fh:
             fh.write(str(child.pid))
 
-    files = sorted(glob.glob(os.path.join(os.environ["SM_CHANNEL_TRAIN"], "*.csv")))
+    files = [channel] if os.path.isfile(channel) else sorted(glob.glob(os.path.join(channel, "*.csv")))
     data = np.vstack([np.loadtxt(f, delimiter=",", ndmin=2) for f in files])
     x, y = np.hstack([data[:, :-1], np.ones((len(data), 1))]), data[:, -1]
     w, start = np.zeros(x.shape[1]), 1
@@ -82,9 +92,7 @@ def main() -> int:
                 "cwd": os.getcwd(),
                 "env": {k: v for k, v in os.environ.items() if k.startswith("SM_") or k.isupper()},
                 "channel_files": [os.path.basename(f) for f in files],
-                "hyperparameters": json.load(
-                    open(os.path.join(os.environ["SM_INPUT_CONFIG_DIR"], "hyperparameters.json"))
-                ),
+                "hyperparameters": json.load(open(os.path.join(config_dir, "hyperparameters.json"))),
                 "start_epoch": start,
             },
             fh,
@@ -111,7 +119,8 @@ def main() -> int:
 
     with open(os.path.join(model_dir, "model.json"), "w") as fh:
         json.dump({"w": w.tolist(), "epochs": epoch}, fh)
-    np.savetxt(os.path.join(os.environ["SM_OUTPUT_DATA_DIR"], "predictions.csv"), (x @ w > 0).astype(int))
+    if not pai:
+        np.savetxt(os.path.join(os.environ["SM_OUTPUT_DATA_DIR"], "predictions.csv"), (x @ w > 0).astype(int))
     print("training complete", flush=True)
     return 0
 

@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field
 from airflow_training_platform.errors import ApiError, request_id
 from airflow_training_platform.platforms.base import AppContext, LocalPlatform, platform_app, secret_setting
 from airflow_training_platform.platforms.pai.routes import PATH, build_router
+from airflow_training_platform.platforms.pai.user_code import parse_image_commands
 from airflow_training_platform.platforms.pai.wire import PLATFORM as NAME
 
 
@@ -22,6 +23,11 @@ class PaiOptions(BaseModel):
         None, description="AccessKey id requests must be signed with (unset: any well-formed signature)"
     )
     pai_access_key_secret: str | None = secret_setting("its secret")
+    pai_image_command: list[str] = Field(
+        default_factory=list,
+        description="IMAGE=COMMAND: a CreateTrainingJob whose AlgorithmSpec.Image is IMAGE runs COMMAND "
+        "locally under PAI's user-code contract (needs --allow-user-code)",
+    )
 
 
 _CODES = {
@@ -51,7 +57,14 @@ def build(context: AppContext):
     key_pair = None
     if s.pai_access_key_id and s.pai_access_key_secret:
         key_pair = (s.pai_access_key_id, s.pai_access_key_secret)
-    router = build_router(context.engine, s.engine_config().data_dir, s.pai_stop_grace_seconds, key_pair)
+    router = build_router(
+        context.engine,
+        s.engine_config().data_dir,
+        s.pai_stop_grace_seconds,
+        key_pair,
+        allow_user_code=s.allow_user_code,
+        image_commands=parse_image_commands(s.pai_image_command),
+    )
     return platform_app("Alibaba Cloud PAI (local)", router, render_error, context.faults)
 
 

@@ -22,13 +22,14 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from airflow_training_platform.engine import (
+    USER_CODE_REFUSED,
     InvalidJobSpec,
     JobNotFound,
     StateConflict,
     TrainingEngine,
 )
 from airflow_training_platform.errors import ApiError, request_id
-from airflow_training_platform.platforms.pai import wire
+from airflow_training_platform.platforms.pai import user_code, wire
 from airflow_training_platform.platforms.pai.acs3 import verify
 
 PATH = "/api/v1/trainingjobs"
@@ -38,10 +39,17 @@ LIST_WINDOW_SECONDS = 7 * 24 * 3600
 
 
 def build_router(
-    engine: TrainingEngine, data_dir: str, stop_grace_seconds: float, key_pair: tuple[str, str] | None
+    engine: TrainingEngine,
+    data_dir: str,
+    stop_grace_seconds: float,
+    key_pair: tuple[str, str] | None,
+    allow_user_code: bool = False,
+    image_commands: dict[str, str] | None = None,
 ) -> APIRouter:
     """The router: ``key_pair`` (AccessKey id, secret) to verify signatures with, or ``None`` to
-    accept any well-formed signed request."""
+    accept any well-formed signed request; ``allow_user_code``: run jobs with user code
+    (:mod:`.user_code`; ``image_commands``: ``AlgorithmSpec.Image`` → local command), else refuse them."""
+    images = dict(image_commands or {})
     router = APIRouter(tags=["pai"])
 
     async def checked(request: Request) -> bytes:
@@ -67,7 +75,12 @@ def build_router(
             body = json.loads(raw or b"{}")
         except ValueError:
             raise wire.bad("body", "is not valid JSON") from None
-        spec = wire.parse_create(body, data_dir, stop_grace_seconds)
+        is_user_code = isinstance(body, dict) and user_code.is_user_code(body, images)
+        if is_user_code and not allow_user_code:  # before anything is read or laid out
+            raise ApiError(400, "InvalidParameter", USER_CODE_REFUSED)
+        spec = wire.parse_create(body, data_dir, stop_grace_seconds, user_code=is_user_code)
+        if is_user_code:
+            spec.program = user_code.parse_user_code(body, data_dir, images)
         try:
             rec = engine.submit(spec)
         except InvalidJobSpec as exc:

@@ -20,6 +20,10 @@ Alibaba Cloud:
 * **Events** are text lines ``<ISO time> [<type>] <message>``; **metrics** are name/value/time
   rows, one group per epoch (``loss``, ``accuracy``, ``validation_loss``, ``validation_accuracy``,
   ``epoch``, ``step``).
+* **User code** (a ``CodeDir``, or an ``AlgorithmSpec.Image`` mapped to a local command;
+  :mod:`.user_code`): the job runs the user's program instead of the trainer; ``HyperParameters``
+  are its ``PAI_HPS``, not trainer settings, and its metrics (``LatestMetrics``,
+  ``ListTrainingJobMetrics``) are its ``MetricDefinitions`` values by name.
 * **Money:** PAI's job object has no cost; the answer adds ``x_local_cost_usd`` (the engine's),
   which Alibaba's clients ignore.
 """
@@ -106,8 +110,10 @@ def checkpoint_uri(request: dict[str, Any]) -> str | None:
     return None
 
 
-def parse_create(body: Any, data_dir: str, stop_grace_seconds: float) -> JobSpec:
-    """``CreateTrainingJob`` body → engine JobSpec.
+def parse_create(body: Any, data_dir: str, stop_grace_seconds: float, user_code: bool = False) -> JobSpec:
+    """``CreateTrainingJob`` body → engine JobSpec. ``user_code``: the job runs the user's code (the
+    caller sets ``JobSpec.program``, :mod:`.user_code`); its ``HyperParameters`` are kept as sent,
+    not read as trainer settings, and no trainer checkpoint is looked for.
 
     :raises ApiError: ``InvalidParameter`` naming the offending field.
     """
@@ -146,9 +152,17 @@ def parse_create(body: Any, data_dir: str, stop_grace_seconds: float) -> JobSpec
     ):
         raise bad("Scheduler.MaxRunningTimeInSeconds", f"'{max_runtime}' must be an integer >= 1")
 
-    hyper = _hyper(body.get("HyperParameters"))
+    if user_code:
+        hyper: dict[str, Any] = {}
+        raw = body.get("HyperParameters")
+        if raw is not None and not (
+            isinstance(raw, list) and all(isinstance(h, dict) and isinstance(h.get("Name"), str) for h in raw)
+        ):
+            raise bad("HyperParameters", "must be a list of {Name, Value}")
+    else:
+        hyper = _hyper(body.get("HyperParameters"))
     resume_from = None
-    if uri := checkpoint_uri(body):
+    if (uri := checkpoint_uri(body)) and not user_code:
         directory = oss_path(data_dir, uri, "OutputChannels.checkpoints.OutputUri")
         resume_from = latest_checkpoint(directory)
         hyper["checkpoint_dir"] = directory
@@ -206,6 +220,14 @@ def job_to_wire(rec: dict[str, Any], base_console: str | None = None) -> dict[st
     metrics = rec.get("metrics") or {}
     progress = rec.get("progress") or {}
     total = progress.get("total_steps") or 0
+    if _is_program(rec):
+        latest = _program_latest(rec)
+    else:
+        latest = [
+            {"Name": wire_name, "Value": float(metrics[key]), "Timestamp": stamp}
+            for key, wire_name in _METRICS.items()
+            if isinstance(metrics.get(key), int | float)
+        ]
     out: dict[str, Any] = {
         "TrainingJobId": rec["job_id"],
         "TrainingJobName": rec["name"],
@@ -227,11 +249,7 @@ def job_to_wire(rec: dict[str, Any], base_console: str | None = None) -> dict[st
         "TrainingJobDescription": rec.get("description"),
         "GmtCreateTime": iso(rec["created_at"]),
         "GmtModifiedTime": stamp,
-        "LatestMetrics": [
-            {"Name": wire_name, "Value": float(metrics[key]), "Timestamp": stamp}
-            for key, wire_name in _METRICS.items()
-            if isinstance(metrics.get(key), int | float)
-        ],
+        "LatestMetrics": latest,
         "Instances": [
             {"Name": f"{rec['job_id']}-master-0", "Role": "master", "Status": _instance_status(rec["state"])}
         ],
@@ -266,8 +284,36 @@ def events_to_wire(rec: dict[str, Any]) -> list[str]:
     return [f"{iso(e['created_at'])} [{e['type']}] {e['message']}" for e in rec["events"]]
 
 
+def _is_program(rec: dict[str, Any]) -> bool:
+    """A user-code job (:mod:`.user_code`): its metrics are its ``MetricDefinitions``, by name."""
+    return rec.get("program") is not None or any(
+        row.get("kind") == "program" for row in rec.get("metric_history") or []
+    )
+
+
+def _program_rows(rec: dict[str, Any]) -> list[dict[str, Any]]:
+    """One ``{Name, Value, Timestamp}`` per value a ``MetricDefinitions`` regex read from a line of
+    the program's output (``kind: "program"`` rows of the history), oldest first; the line's time is
+    the timestamp, so the values of one line share it."""
+    return [
+        {"Name": name, "Value": float(value), "Timestamp": iso(row["at"])}
+        for row in rec.get("metric_history") or []
+        if row.get("kind") == "program"
+        for name, value in row["values"].items()
+    ]
+
+
+def _program_latest(rec: dict[str, Any]) -> list[dict[str, Any]]:
+    """``LatestMetrics`` of a user-code job: the last value of each metric name, with its time."""
+    latest = {row["Name"]: row for row in _program_rows(rec)}
+    return list(latest.values())
+
+
 def metrics_to_wire(rec: dict[str, Any]) -> list[dict[str, Any]]:
-    """The per-epoch metric rows (``ListTrainingJobMetrics``), oldest first."""
+    """The metric rows (``ListTrainingJobMetrics``), oldest first: per epoch for the built-in
+    trainer, per matching output line for a user-code job (:func:`_program_rows`)."""
+    if _is_program(rec):
+        return _program_rows(rec)
     rows: list[dict[str, Any]] = []
     train = {}
     for point in rec.get("metric_history") or []:

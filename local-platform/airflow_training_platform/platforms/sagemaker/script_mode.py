@@ -24,6 +24,7 @@ import tarfile
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_training_platform.engine.program_files import copy_files_out, copy_in
 from airflow_training_platform.engine.programs import MetricDefinition, Program, ProgramExit
 from airflow_training_platform.platforms.sagemaker.wire import bad, s3_path
 
@@ -352,21 +353,12 @@ class ScriptModeJob:
     def _copy_in(source: str, target: str) -> None:
         """Copy an S3 prefix (a directory) or object (a file) into ``target`` (File input mode: the
         program gets its own copy). Nothing there: an empty directory, as for an empty prefix."""
-        if os.path.isdir(source):
-            shutil.copytree(source, target, dirs_exist_ok=True)
-        elif os.path.isfile(source):
-            shutil.copy2(source, os.path.join(target, os.path.basename(source)))
+        copy_in(source, target)
 
     def _sync_out(self, local_dir: str, paths: list[str]) -> None:
         """New or changed checkpoint files → ``CheckpointConfig.S3Uri``, same relative paths."""
-        if not self.checkpoint_uri:
-            return
-        remote = self._s3(self.checkpoint_uri)
-        for path in paths:
-            target = os.path.join(remote, os.path.relpath(path, local_dir))
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            if os.path.isfile(path):
-                shutil.copy2(path, target)
+        if self.checkpoint_uri:
+            copy_files_out(local_dir, paths, self._s3(self.checkpoint_uri))
 
     def _pack(self, model_dir: str, output_data_dir: str, _exit: ProgramExit) -> None:
         """After the program (whatever its outcome): ``model/`` → ``<S3OutputPath>/<job>/output/
