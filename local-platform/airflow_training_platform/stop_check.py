@@ -13,7 +13,7 @@ directories and environment, :mod:`.engine.programs`), stops it once it is train
 The program is **ready** when it wrote a checkpoint after the stop signal, exited within the grace,
 and exited cleanly (status 0, or the SIGTERM it was sent: ``-15``/``143``). Anything else is named.
 
-``airflow-training-platform check-stop SPEC.json --platform sagemaker [--data-dir DIR]
+``airflow-training-platform check-stop SPEC.json --platform sagemaker|pai [--data-dir DIR]
 [--after-seconds N | --after-checkpoint] [--grace-seconds S]``; exit status 0 when ready, 1 when
 not, 2 for a spec that names no program.
 """
@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_training_platform.engine.programs import ProgramProcess, ProgramSource, read_log
+from airflow_training_platform.errors import ApiError
 
 #: exit statuses of a program that stopped as asked: it returned, or SIGTERM's default action ended it
 CLEAN_EXITS = frozenset({0, -signal.SIGTERM, 128 + signal.SIGTERM})
@@ -187,7 +188,23 @@ def sagemaker_program(spec: dict[str, Any], data_dir: str) -> ProgramSource:
     return parse_user_code(body, data_dir, "us-east-1", {})
 
 
-PROGRAM_SOURCES: dict[str, Callable[[dict[str, Any], str], ProgramSource]] = {"sagemaker": sagemaker_program}
+def pai_program(spec: dict[str, Any], data_dir: str) -> ProgramSource:
+    """A PAI ``CreateTrainingJob`` body's program (``CodeDir`` + ``AlgorithmSpec.Command``).
+
+    :raises ValueError: the body names no program (no ``CodeDir``).
+    """
+    from airflow_training_platform.platforms.pai.user_code import is_user_code, parse_user_code
+
+    body = {"TrainingJobName": "stop-check", **spec}
+    if not is_user_code(body, {}):
+        raise ValueError("the spec names no program: CodeDir is missing")
+    return parse_user_code(body, data_dir, {})
+
+
+PROGRAM_SOURCES: dict[str, Callable[[dict[str, Any], str], ProgramSource]] = {
+    "sagemaker": sagemaker_program,
+    "pai": pai_program,
+}
 """Platform → how its spec names a program (``spec, data_dir → ProgramSource``)."""
 
 
@@ -198,7 +215,7 @@ def run_check(args: Any) -> int:
     data_dir = os.path.abspath(args.data_dir)
     try:
         source = PROGRAM_SOURCES[args.platform](spec, data_dir)
-    except ValueError as exc:
+    except (ValueError, ApiError) as exc:  # no program, or a field the platform would refuse
         print(f"{args.spec}: {exc}")
         return 2
     job_dir = os.path.join(data_dir, "stop-checks", time.strftime("%Y%m%dT%H%M%S"))

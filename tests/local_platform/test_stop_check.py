@@ -9,7 +9,15 @@ import json
 import pytest
 
 from airflow_training_platform.cli import main
-from tests.user_code import DATA_URI, put_code_and_data, script_hyperparameters
+from tests.user_code import (
+    DATA_URI,
+    PAI_CODE,
+    PAI_COMMAND,
+    PAI_DATA_URI,
+    put_code_and_data,
+    put_pai_code_and_data,
+    script_hyperparameters,
+)
 
 
 def check(tmp_path, capsys, **hyperparameters) -> tuple[int, str]:
@@ -65,6 +73,28 @@ def test_a_script_that_does_not_save_is_not_ready_and_says_why(tmp_path, capsys,
     assert "checkpoints written after the stop: none" in out
     if behaviour == "crash_on_sigterm":
         assert "RuntimeError: the SIGTERM handler failed before saving anything" in out
+
+
+def test_a_pai_command_that_saves_on_sigterm_is_ready(tmp_path, capsys):
+    put_pai_code_and_data(str(tmp_path))
+    hyper = {"epochs": "1000", "seconds_per_epoch": "0.2"}
+    spec = {
+        "CodeDir": {"LocationType": "oss", "LocationValue": PAI_CODE},
+        "AlgorithmSpec": {"Command": PAI_COMMAND, "Image": "local/numpy:1"},
+        "HyperParameters": [{"Name": k, "Value": v} for k, v in hyper.items()],
+        "InputChannels": [{"Name": "train", "InputUri": PAI_DATA_URI}],
+        "OutputChannels": [
+            {"Name": "model", "OutputUri": "oss://out/model/"},
+            {"Name": "checkpoints", "OutputUri": "oss://out/checkpoints/"},
+        ],
+    }
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(spec))
+    args = ["check-stop", str(path), "--platform", "pai", "--data-dir", str(tmp_path)]
+    status = main([*args, "--after-seconds", "1.5", "--grace-seconds", "5"])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "checkpoints written after the stop: checkpoint.json" in out
 
 
 def test_a_spec_without_a_program_is_refused(tmp_path, capsys):
