@@ -23,6 +23,7 @@ from huaweicloudsdkmodelarts.v1 import model as m
 
 from airflow_training_platform.control import LocalPlatformControl
 from airflow_training_platform.engine.programs import read_log
+from airflow_training_platform.platforms.modelarts.user_code import parse_user_code
 from airflow_training_platform.server import LocalPlatformServer
 from tests.conftest import API_KEY, MODELARTS_ACCESS_KEY, server_options
 from tests.local_platform.test_modelarts_api import client
@@ -87,6 +88,8 @@ def sdk_algorithm(spec: dict[str, Any]) -> m.JobAlgorithm:
             for c in spec.get("outputs") or []
         ],
         environments=spec.get("environments"),
+        local_code_dir=spec.get("local_code_dir"),
+        working_dir=spec.get("working_dir"),
     )
 
 
@@ -276,3 +279,33 @@ def test_a_bad_user_code_field_is_refused_naming_it(ma):
     with pytest.raises(ClientRequestException) as err:
         create(ma, unique("ma-bad"), spec)
     assert err.value.status_code == 400 and "algorithm.environments.MA_HOME" in err.value.error_msg
+    spec = {**algorithm("/out/x"), "local_code_dir": "/home/ma-user/modelarts/code"}
+    with pytest.raises(ClientRequestException) as err:
+        create(ma, unique("ma-bad"), spec)
+    assert err.value.status_code == 400 and "algorithm.local_code_dir" in err.value.error_msg
+
+
+def test_env_channels_local_dirs_and_working_dir_are_laid_out_under_the_job_directory(tmp_path):
+    # the program as prepared (nothing started): the choices of the less common fields
+    put_code_and_data(str(tmp_path))
+    spec = algorithm("/out/layout", lr=0.1)
+    spec["inputs"][0].update(access_method="env", local_dir="/home/ma-user/data/")
+    spec.update(
+        local_code_dir="/home/ma-user/src",
+        working_dir="/home/ma-user/work",
+        environments={"PYTHONPATH": "/opt/extra"},
+    )
+    program = parse_user_code({"algorithm": spec}, str(tmp_path), {}).prepare(str(tmp_path / "job"))
+    job = tmp_path / "job"
+    assert program.argv == [
+        sys.executable,
+        str(job / "home/ma-user/src/ma-code/modelarts_train.py"),
+        f"--train_url={job / 'home/ma-user/modelarts/outputs/train_url_0'}",
+        f"--checkpoints={job / 'home/ma-user/modelarts/outputs/checkpoints_0'}",
+        "--lr=0.1",
+    ]
+    assert program.env["data_url"] == str(job / "home/ma-user/data")
+    assert os.listdir(program.env["data_url"]) == ["part-0.csv"]
+    assert program.cwd == str(job / "home/ma-user/work")
+    assert program.env["PYTHONPATH"] == f"{job / 'home/ma-user/modelarts/user-job-dir'}:/opt/extra"
+    assert program.checkpoint_dir == str(job / "home/ma-user/modelarts/outputs/checkpoints_0")

@@ -322,14 +322,15 @@ def parse_user_code(body: dict[str, Any], data_dir: str, image_commands: dict[st
     :raises ApiError: ``ModelArts.0101`` naming a bad field.
     """
     algorithm = body["algorithm"]
-    code_dir, boot_file = algorithm.get("code_dir"), None
+    code_dir, boot_file = algorithm.get("code_dir") or None, None
     if code_dir is not None:
         if not isinstance(code_dir, str) or _obs_key(code_dir) == "/" or ".." in code_dir.split("/"):
             raise bad("algorithm.code_dir", f"'{code_dir}' must be an OBS directory (/bucket/path/)")
         obs_path(data_dir, code_dir, "algorithm.code_dir")
         if algorithm.get("boot_file"):
             boot_file = _boot_file(code_dir, algorithm["boot_file"])
-    image = (algorithm.get("engine") or {}).get("image_url")
+    engine = algorithm.get("engine")
+    image = engine.get("image_url") if isinstance(engine, dict) else None
     parameters = []
     for i, p in enumerate(algorithm.get("parameters") or []):
         if not (isinstance(p, dict) and isinstance(p.get("name"), str) and p["name"]):
@@ -342,6 +343,12 @@ def parse_user_code(body: dict[str, Any], data_dir: str, image_commands: dict[st
         _container_path(algorithm[key], f"algorithm.{key}") if algorithm.get(key) else None
         for key in ("local_code_dir", "working_dir")
     )
+    if local_code_dir and (
+        not local_code_dir.startswith("/home/") or (local_code_dir + "/").startswith(MA_MOUNT_PATH + "/")
+    ):
+        raise bad(
+            "algorithm.local_code_dir", f"'{local_code_dir}' must be under /home, outside {MA_MOUNT_PATH}"
+        )
     return UserCodeJob(
         data_dir=data_dir,
         code_dir=code_dir,
