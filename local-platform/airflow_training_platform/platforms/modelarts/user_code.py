@@ -155,28 +155,8 @@ class UserCodeJob:
         output restored from OBS) and return the program with its arguments and environment."""
         for path in (MA_HOME, MA_MOUNT_PATH, MA_JOB_DIR, MA_LOG_DIR):
             os.makedirs(mapped(job_dir, path), exist_ok=True)
-        code = None
-        if self.code_dir:
-            parent = mapped(job_dir, self.local_code_dir or MA_JOB_DIR)
-            code = os.path.join(parent, posixpath.basename(self.code_dir.rstrip("/")) or "code")
-            source = self._obs(self.code_dir, "algorithm.code_dir")
-            if not os.path.isdir(source):
-                raise FileNotFoundError(f"code_dir {self.code_dir!r} is not an OBS directory here")
-            obs_copies.copy_in(source, code)
-            if self.boot_file and not os.path.isfile(os.path.join(code, self.boot_file)):
-                raise FileNotFoundError(f"boot_file {self.boot_file!r} is not in code_dir {self.code_dir!r}")
-        local = {}
-        for channel in self.inputs:
-            local[channel.name] = mapped(job_dir, channel.local_dir)
-            obs_copies.copy_in(self._obs(channel.obs_url, "algorithm.inputs.obs_url"), local[channel.name])
-        for channel in self.outputs:
-            local[channel.name] = mapped(job_dir, channel.local_dir)
-            os.makedirs(local[channel.name], exist_ok=True)
-            if channel.name == self.checkpoint_output:  # restored before the start: how a retry resumes
-                obs_copies.copy_in(
-                    self._obs(channel.obs_url, "algorithm.outputs.obs_url"), local[channel.name]
-                )
-
+        code = self._lay_out_code(job_dir)
+        local = self._lay_out_channels(job_dir)
         channels = [*self.inputs, *self.outputs]
         args = [f"--{c.name}={local[c.name]}" for c in channels if c.access_method == "parameter"]
         args += [f"--{name}={value}" for name, value in self.parameters]
@@ -203,8 +183,38 @@ class UserCodeJob:
             model_dir=local.get(model) if model else None,
             output_dir=mapped(job_dir, OUTPUTS_DIR),
             on_checkpoints=functools.partial(self._sync_checkpoints, checkpoint_dir),
-            on_exit=functools.partial(self._copy_outputs, dict(local)),
+            on_exit=functools.partial(self._copy_outputs, local),
         )
+
+    def _lay_out_code(self, job_dir: str) -> str | None:
+        """``code_dir`` copied to ``${MA_JOB_DIR}/<its last dir>`` (or under ``local_code_dir``);
+        the local code directory, ``None`` without code. :raises FileNotFoundError: no such code."""
+        if not self.code_dir:
+            return None
+        parent = mapped(job_dir, self.local_code_dir or MA_JOB_DIR)
+        code = os.path.join(parent, posixpath.basename(self.code_dir.rstrip("/")) or "code")
+        source = self._obs(self.code_dir, "algorithm.code_dir")
+        if not os.path.isdir(source):
+            raise FileNotFoundError(f"code_dir {self.code_dir!r} is not an OBS directory here")
+        obs_copies.copy_in(source, code)
+        if self.boot_file and not os.path.isfile(os.path.join(code, self.boot_file)):
+            raise FileNotFoundError(f"boot_file {self.boot_file!r} is not in code_dir {self.code_dir!r}")
+        return code
+
+    def _lay_out_channels(self, job_dir: str) -> dict[str, str]:
+        """Each channel's local directory (by name): inputs copied in from OBS, outputs created
+        empty but for the checkpoints output, restored from OBS (how a retry resumes)."""
+        local = {}
+        for channel in self.inputs:
+            local[channel.name] = mapped(job_dir, channel.local_dir)
+            obs_copies.copy_in(self._obs(channel.obs_url, "algorithm.inputs.obs_url"), local[channel.name])
+        for channel in self.outputs:
+            local[channel.name] = mapped(job_dir, channel.local_dir)
+            os.makedirs(local[channel.name], exist_ok=True)
+            if channel.name == self.checkpoint_output:
+                remote = self._obs(channel.obs_url, "algorithm.outputs.obs_url")
+                obs_copies.copy_in(remote, local[channel.name])
+        return local
 
     def _environment(self, job_dir: str) -> dict[str, str]:
         """The documented variables of a training container, with local paths."""
@@ -337,8 +347,10 @@ def parse_user_code(body: dict[str, Any], data_dir: str, image_commands: dict[st
             raise bad(f"algorithm.parameters[{i}]", "must be {name, value}")
         value = p.get("value")
         parameters.append((p["name"], "" if value is None else str(value)))
-    outputs = _channels(algorithm, "outputs", OUTPUTS_DIR)
+    inputs, outputs = _channels(algorithm, "inputs", INPUTS_DIR), _channels(algorithm, "outputs", OUTPUTS_DIR)
     names = [c.name for c in outputs]
+    if len({c.name for c in inputs} | set(names)) < len(inputs) + len(outputs):
+        raise bad("algorithm.outputs", "every input and output needs a name of its own")
     local_code_dir, working_dir = (
         _container_path(algorithm[key], f"algorithm.{key}") if algorithm.get(key) else None
         for key in ("local_code_dir", "working_dir")
@@ -355,7 +367,7 @@ def parse_user_code(body: dict[str, Any], data_dir: str, image_commands: dict[st
         boot_file=boot_file,
         image_command=None if boot_file else image_commands.get(str(image)),
         parameters=parameters,
-        inputs=_channels(algorithm, "inputs", INPUTS_DIR),
+        inputs=inputs,
         outputs=outputs,
         checkpoint_output=next((n for n in CHECKPOINT_CHANNELS if n in names), None),
         environments=_environments(algorithm.get("environments")),
