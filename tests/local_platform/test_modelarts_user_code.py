@@ -21,9 +21,14 @@ from huaweicloudsdkcore.exceptions.exceptions import ClientRequestException
 from huaweicloudsdkmodelarts.v1 import ModelArtsClient
 from huaweicloudsdkmodelarts.v1 import model as m
 
+from airflow_training_platform.cli import build_parser
 from airflow_training_platform.control import LocalPlatformControl
 from airflow_training_platform.engine.programs import read_log
-from airflow_training_platform.platforms.modelarts.user_code import parse_user_code
+from airflow_training_platform.platforms.modelarts.user_code import (
+    is_user_code,
+    parse_image_commands,
+    parse_user_code,
+)
 from airflow_training_platform.server import LocalPlatformServer
 from tests.conftest import API_KEY, MODELARTS_ACCESS_KEY, server_options
 from tests.local_platform.test_modelarts_api import client
@@ -309,3 +314,14 @@ def test_env_channels_local_dirs_and_working_dir_are_laid_out_under_the_job_dire
     assert program.cwd == str(job / "home/ma-user/work")
     assert program.env["PYTHONPATH"] == f"{job / 'home/ma-user/modelarts/user-job-dir'}:/opt/extra"
     assert program.checkpoint_dir == str(job / "home/ma-user/modelarts/outputs/checkpoints_0")
+
+
+def test_images_are_mapped_by_a_repeatable_server_option():
+    args = build_parser().parse_args(
+        ["serve", "--data-dir", "d", "--modelarts-image-command", "a=x", "--modelarts-image-command", "b=y z"]
+    )
+    assert parse_image_commands(args.modelarts_image_command) == {"a": "x", "b": "y z"}
+    with pytest.raises(ValueError, match="IMAGE=COMMAND"):
+        parse_image_commands(["no-command"])
+    assert not is_user_code({"algorithm": {"engine": {"image_url": "a"}, "command": "python t.py"}}, {})
+    assert is_user_code({"algorithm": {"engine": {"image_url": "a"}, "command": "python t.py"}}, {"a": "x"})
