@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field
 from airflow_training_platform.errors import ApiError, request_id
 from airflow_training_platform.platforms.base import AppContext, LocalPlatform, platform_app, secret_setting
 from airflow_training_platform.platforms.modelarts.routes import build_router
+from airflow_training_platform.platforms.modelarts.user_code import parse_image_commands
 from airflow_training_platform.platforms.modelarts.wire import PLATFORM as NAME
 
 #: the paths it serves: ``/v2/<project_id>/training-jobs…`` and ``/v2/<project_id>/training-job-searches``
@@ -28,6 +29,11 @@ class ModelArtsOptions(BaseModel):
     )
     modelarts_secret_key: str | None = secret_setting("its secret key (SK)")
     modelarts_auth_token: str | None = secret_setting("IAM token accepted as X-Auth-Token (unset: any token)")
+    modelarts_image_command: list[str] = Field(
+        default_factory=list,
+        description="IMAGE=COMMAND: a create whose algorithm.engine.image_url is IMAGE runs COMMAND "
+        "locally under the training-container contract (needs --allow-user-code)",
+    )
 
 
 _CODES = {
@@ -60,6 +66,8 @@ def build(context: AppContext):
         s.modelarts_stop_grace_seconds,
         key_pair,
         s.modelarts_auth_token,
+        allow_user_code=s.allow_user_code,
+        image_commands=parse_image_commands(s.modelarts_image_command),
     )
     return platform_app("Huawei Cloud ModelArts (local)", router, render_error, context.faults)
 

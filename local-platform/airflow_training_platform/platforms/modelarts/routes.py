@@ -5,6 +5,7 @@ every request checked against its SDK-HMAC-SHA256 signature or IAM token (:mod:`
 unknown one), ``POST …/training-jobs/{id}/actions`` (``{"action_type": "terminate"}``, 202; 400 for
 a job that has ended), ``DELETE …/training-jobs/{id}`` (202), ``POST …/training-job-searches``
 (search) and ``GET …/training-jobs/{id}/events``. A job belongs to the project it was created in.
+With ``--allow-user-code`` a create naming the user's code runs it (:mod:`.user_code`).
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from airflow_training_platform.engine import (
+    USER_CODE_REFUSED,
     InvalidJobSpec,
     JobNotFound,
     StateConflict,
     TrainingEngine,
 )
 from airflow_training_platform.errors import ApiError
-from airflow_training_platform.platforms.modelarts import wire
+from airflow_training_platform.platforms.modelarts import user_code, wire
 from airflow_training_platform.platforms.modelarts.signing import verify
 
 ROOT = "/v2/{project_id}"
@@ -34,9 +36,14 @@ def build_router(
     stop_grace_seconds: float,
     key_pair: tuple[str, str] | None,
     token: str | None,
+    allow_user_code: bool = False,
+    image_commands: dict[str, str] | None = None,
 ) -> APIRouter:
     """The router: ``key_pair`` (access key, secret key) to verify signatures with and ``token`` to
-    accept as ``X-Auth-Token``; ``None`` accepts any well-formed signature (or token)."""
+    accept as ``X-Auth-Token``; ``None`` accepts any well-formed signature (or token).
+    ``allow_user_code``: run ``code_dir`` + ``boot_file`` jobs and mapped custom images
+    (``image_commands``: ``engine.image_url`` → local command), else refuse them."""
+    images = dict(image_commands or {})
     router = APIRouter(tags=["modelarts"])
 
     async def checked(request: Request) -> bytes:
@@ -62,7 +69,12 @@ def build_router(
     @router.post(ROOT + "/training-jobs")
     async def create(request: Request, project_id: str) -> JSONResponse:
         body = json_body(await checked(request))
-        spec = wire.parse_create(body, project_id, data_dir, stop_grace_seconds)
+        runs_user_code = user_code.is_user_code(body, images)
+        if runs_user_code and not allow_user_code:  # before anything is read or laid out
+            raise wire.bad("algorithm", USER_CODE_REFUSED)
+        spec = wire.parse_create(body, project_id, data_dir, stop_grace_seconds, user_code=runs_user_code)
+        if runs_user_code:
+            spec.program = user_code.parse_user_code(body, data_dir, images)
         try:
             rec = engine.submit(spec)
         except InvalidJobSpec as exc:  # the engine names its own field: name the request's

@@ -21,6 +21,8 @@ Huawei Cloud:
 * **Events** are ``{"time", "level", "message", "source"}``, ``Error`` for the engine's error events.
 * **Error codes** (``ModelArts.*``) are this platform's own choice; only the body's shape
   (``error_code``, ``error_msg``) and the HTTP statuses follow the service.
+* **User code** (``code_dir`` + ``boot_file``, mapped custom images; :mod:`.user_code`): the job
+  runs the user's program; a failed one reports the program's exit code.
 * **Money:** the job object has no cost; the answer adds ``x_local_cost_usd`` (the engine's),
   which Huawei's clients ignore.
 """
@@ -109,8 +111,12 @@ def _channels(algorithm: dict[str, Any], key: str) -> list[dict[str, Any]]:
     return channels
 
 
-def parse_create(body: Any, project_id: str, data_dir: str, stop_grace_seconds: float) -> JobSpec:
-    """v2 create body in project ``project_id`` → engine JobSpec.
+def parse_create(
+    body: Any, project_id: str, data_dir: str, stop_grace_seconds: float, user_code: bool = False
+) -> JobSpec:
+    """v2 create body in project ``project_id`` → engine JobSpec. ``user_code``: the job runs the
+    user's code (the caller sets ``JobSpec.program``, :mod:`.user_code`): ``algorithm.parameters``
+    are the program's, not the trainer's, and no trainer checkpoint is looked for.
 
     :raises ApiError: ``ModelArts.0101`` naming the offending field.
     """
@@ -147,13 +153,13 @@ def parse_create(body: Any, project_id: str, data_dir: str, stop_grace_seconds: 
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise bad("spec.resource.node_count", f"'{count}' must be an integer >= 1")
 
-    hyper = _hyper(algorithm.get("parameters"))
+    hyper = {} if user_code else _hyper(algorithm.get("parameters"))
     resume_from = None
-    if url := channel_url(outputs, CHECKPOINT_CHANNELS):
+    if not user_code and (url := channel_url(outputs, CHECKPOINT_CHANNELS)):
         directory = obs_path(data_dir, url, "algorithm.outputs.obs_url")
         hyper["checkpoint_dir"] = directory
         resume_from = latest_checkpoint(directory)
-    if url := channel_url(inputs, (RESUME_CHANNEL,)):
+    if not user_code and (url := channel_url(inputs, (RESUME_CHANNEL,))):
         resume_from = (
             latest_checkpoint(obs_path(data_dir, url, f"algorithm.inputs.{RESUME_CHANNEL}")) or resume_from
         )
@@ -192,7 +198,11 @@ def job_to_wire(rec: dict[str, Any]) -> dict[str, Any]:
     }
     if rec["state"] == "failed":
         status["task_statuses"] = [
-            {"task": "worker-0", "exit_code": 1, "message": rec.get("error") or "training failed"}
+            {
+                "task": "worker-0",
+                "exit_code": _exit_code(rec),
+                "message": rec.get("error") or "training failed",
+            }
         ]
     elif rec["state"] in ("succeeded", "cancelled"):
         status["task_statuses"] = [
@@ -223,6 +233,15 @@ def job_to_wire(rec: dict[str, Any]) -> dict[str, Any]:
         },
         "x_local_cost_usd": round(rec["cost"]["current_usd"], 6),
     }
+
+
+def _exit_code(rec: dict[str, Any]) -> int:
+    """A failed job's task exit code: a user program's own (128 + the signal that killed it, as a
+    container reports it), else 1."""
+    code = rec.get("returncode")
+    if rec.get("program") is None or not isinstance(code, int) or code == 0:
+        return 1
+    return code if code > 0 else 128 - code
 
 
 def events_to_wire(rec: dict[str, Any]) -> list[dict[str, Any]]:
