@@ -41,7 +41,8 @@ class CommonSettings(BaseModel):
     max_log_lines: int = Field(2000, ge=1, description="trainer output lines kept per job")
     allow_user_code: bool = Field(
         False,
-        description="run training code named in requests (SageMaker script mode, PAI CodeDir, mapped images) as "
+        description="run training code named in requests (SageMaker script mode, PAI CodeDir, ModelArts code_dir, "
+        "mapped images) as "
         "local processes; off: such creates are refused",
     )
 

@@ -13,7 +13,7 @@ directories and environment, :mod:`.engine.programs`), stops it once it is train
 The program is **ready** when it wrote a checkpoint after the stop signal, exited within the grace,
 and exited cleanly (status 0, or the SIGTERM it was sent: ``-15``/``143``). Anything else is named.
 
-``airflow-training-platform check-stop SPEC.json --platform sagemaker|pai [--data-dir DIR]
+``airflow-training-platform check-stop SPEC.json --platform sagemaker|pai|modelarts [--data-dir DIR]
 [--after-seconds N | --after-checkpoint] [--grace-seconds S]``; exit status 0 when ready, 1 when
 not, 2 for a spec that names no program.
 """
@@ -201,9 +201,23 @@ def pai_program(spec: dict[str, Any], data_dir: str) -> ProgramSource:
     return parse_user_code(body, data_dir, {})
 
 
+def modelarts_program(spec: dict[str, Any], data_dir: str) -> ProgramSource:
+    """A ModelArts training job body's program (``algorithm.code_dir`` + ``boot_file``).
+
+    :raises ValueError: the body names no program.
+    """
+    from airflow_training_platform.platforms.modelarts.user_code import is_user_code, parse_user_code
+
+    body = {"kind": "job", "metadata": {"name": "stop-check"}, **spec}
+    if not is_user_code(body, {}):
+        raise ValueError("the spec names no program: algorithm.code_dir and boot_file are missing")
+    return parse_user_code(body, data_dir, {})
+
+
 PROGRAM_SOURCES: dict[str, Callable[[dict[str, Any], str], ProgramSource]] = {
     "sagemaker": sagemaker_program,
     "pai": pai_program,
+    "modelarts": modelarts_program,
 }
 """Platform → how its spec names a program (``spec, data_dir → ProgramSource``)."""
 

@@ -9,6 +9,7 @@ import json
 import pytest
 
 from airflow_training_platform.cli import main
+from tests import modelarts_user_code
 from tests.user_code import (
     DATA_URI,
     PAI_CODE,
@@ -91,6 +92,21 @@ def test_a_pai_command_that_saves_on_sigterm_is_ready(tmp_path, capsys):
     path = tmp_path / "spec.json"
     path.write_text(json.dumps(spec))
     args = ["check-stop", str(path), "--platform", "pai", "--data-dir", str(tmp_path)]
+    status = main([*args, "--after-seconds", "1.5", "--grace-seconds", "5"])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "checkpoints written after the stop: checkpoint.json" in out
+
+
+def test_a_modelarts_boot_file_that_saves_on_sigterm_is_ready(tmp_path, capsys):
+    modelarts_user_code.put_code_and_data(str(tmp_path))
+    spec = {
+        "algorithm": modelarts_user_code.algorithm("/out/stop-check", epochs=1000, seconds_per_epoch=0.2),
+        "spec": {"resource": {"flavor_id": "modelarts.vm.cpu.2u", "node_count": 1}},
+    }
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(spec))
+    args = ["check-stop", str(path), "--platform", "modelarts", "--data-dir", str(tmp_path)]
     status = main([*args, "--after-seconds", "1.5", "--grace-seconds", "5"])
     out = capsys.readouterr().out
     assert status == 0, out
