@@ -340,18 +340,20 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
             return None
 
     def remember(self, context: Context, identity: TaskIdentity, job: TrainingJob) -> None:
-        """Publish the job before waiting: XCom (this try) and the task state store (next tries)."""
+        """Publish the job before waiting: the task state store first (how a retry finds it: the
+        first write after the submit, so a worker killed right after leaves the least behind), then
+        XCom and the UI's records (this try)."""
         self.job_id = job.id
-        ti = context["ti"]
-        ti.xcom_push(key=JOB_ID_XCOM_KEY, value=job.id)
-        ti.xcom_push(key="console_url", value=job.console_url)
-        self.publish_job(context, job)
         store = context.get("task_state_store")
         if store is not None:
             store.set(
                 STATE_STORE_KEY,
                 {"job_id": job.id, "try_number": identity.try_number, "platform": self.hook.dialect.name},
             )
+        ti = context["ti"]
+        ti.xcom_push(key=JOB_ID_XCOM_KEY, value=job.id)
+        ti.xcom_push(key="console_url", value=job.console_url)
+        self.publish_job(context, job)
 
     def earlier_try(
         self, context: Context, identity: TaskIdentity, deadline: float | None = None
