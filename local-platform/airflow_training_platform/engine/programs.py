@@ -30,9 +30,11 @@ Times are ``time.time()`` floats (unix seconds, UTC); durations are seconds.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -132,6 +134,37 @@ class ProgramSource(Protocol):
         checkpoints) and return the program to run. Called once, when the job starts, from the job's
         runner thread (no engine lock held). An exception fails the job with its message."""
         ...
+
+
+def parse_image_commands(entries: list[str] | None, setting: str) -> dict[str, str]:
+    """``["IMAGE=COMMAND", ...]`` (a platform's ``--<platform>-image-command`` setting, named by
+    ``setting`` in the error) → ``{image: command}``: a container image run as a local command.
+
+    :raises ValueError: an entry without ``=``, an image or a command.
+    """
+    out: dict[str, str] = {}
+    for entry in entries or []:
+        image, sep, command = entry.partition("=")
+        if not sep or not image.strip() or not command.strip():
+            raise ValueError(f"{setting} wants IMAGE=COMMAND, got {entry!r}")
+        out[image.strip()] = command.strip()
+    return out
+
+
+@functools.cache
+def cuda_device_count() -> int:
+    """The machine's CUDA devices as the platforms' contracts report them (``SM_NUM_GPUS``,
+    ``MA_NUM_GPUS``): the ``GPU `` lines of ``nvidia-smi --list-gpus``, 0 when it is missing or
+    fails (as SageMaker's training toolkit counts them)."""
+    if shutil.which("nvidia-smi") is None:
+        return 0
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--list-gpus"], capture_output=True, text=True, timeout=10, check=True
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(1 for line in out.splitlines() if line.startswith("GPU "))
 
 
 def base_environment(job_dir: str) -> dict[str, str]:

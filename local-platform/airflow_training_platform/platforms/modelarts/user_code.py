@@ -7,7 +7,7 @@ follows are in ``docs/platforms/modelarts.md`` ("Your own training code on the l
 Container paths are mapped under the job directory: ``/home/ma-user/modelarts/inputs/data_url_0``
 is ``<job dir>/home/ma-user/modelarts/inputs/data_url_0``, and every path the program is given (in
 its arguments and its environment) is that local path. OBS is the local OBS root
-(:func:`.wire.obs_path`); the copies to and from it are :mod:`.obs_copies`.
+(:func:`.wire.obs_path`); the copies to and from it are :mod:`~airflow_training_platform.engine.program_files`.
 """
 
 from __future__ import annotations
@@ -17,14 +17,12 @@ import os
 import posixpath
 import re
 import shlex
-import shutil
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_training_platform.engine import program_files, programs
 from airflow_training_platform.engine.programs import Program, ProgramExit
-from airflow_training_platform.platforms.modelarts import obs_copies
 from airflow_training_platform.platforms.modelarts.wire import CHECKPOINT_CHANNELS, bad, obs_path
 
 # Container paths ("Environment variables of a training container", ModelArts user guide).
@@ -62,32 +60,8 @@ def is_user_code(body: dict[str, Any], image_commands: dict[str, str]) -> bool:
 
 
 def parse_image_commands(entries: list[str] | None) -> dict[str, str]:
-    """``["IMAGE=COMMAND", ...]`` (the ``--modelarts-image-command`` setting) → ``{image: command}``.
-
-    :raises ValueError: an entry without ``=``, an image or a command.
-    """
-    out: dict[str, str] = {}
-    for entry in entries or []:
-        image, sep, command = entry.partition("=")
-        if not sep or not image.strip() or not command.strip():
-            raise ValueError(f"--modelarts-image-command wants IMAGE=COMMAND, got {entry!r}")
-        out[image.strip()] = command.strip()
-    return out
-
-
-@functools.cache
-def local_gpu_count() -> int:
-    """``MA_NUM_GPUS``: the ``GPU `` lines of ``nvidia-smi --list-gpus``; 0 when it is missing or
-    fails (ModelArts' default for a CPU flavor)."""
-    if shutil.which("nvidia-smi") is None:
-        return 0
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--list-gpus"], capture_output=True, text=True, timeout=10, check=True
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return 0
-    return sum(1 for line in out.splitlines() if line.startswith("GPU "))
+    """The ``--modelarts-image-command IMAGE=COMMAND`` entries as ``{image: command}``."""
+    return programs.parse_image_commands(entries, "--modelarts-image-command")
 
 
 def mapped(job_dir: str, container_path: str) -> str:
@@ -196,7 +170,7 @@ class UserCodeJob:
         source = self._obs(self.code_dir, "algorithm.code_dir")
         if not os.path.isdir(source):
             raise FileNotFoundError(f"code_dir {self.code_dir!r} is not an OBS directory here")
-        obs_copies.copy_in(source, code)
+        program_files.copy_in(source, code)
         if self.boot_file and not os.path.isfile(os.path.join(code, self.boot_file)):
             raise FileNotFoundError(f"boot_file {self.boot_file!r} is not in code_dir {self.code_dir!r}")
         return code
@@ -207,13 +181,13 @@ class UserCodeJob:
         local = {}
         for channel in self.inputs:
             local[channel.name] = mapped(job_dir, channel.local_dir)
-            obs_copies.copy_in(self._obs(channel.obs_url, "algorithm.inputs.obs_url"), local[channel.name])
+            program_files.copy_in(self._obs(channel.obs_url, "algorithm.inputs.obs_url"), local[channel.name])
         for channel in self.outputs:
             local[channel.name] = mapped(job_dir, channel.local_dir)
             os.makedirs(local[channel.name], exist_ok=True)
             if channel.name == self.checkpoint_output:
                 remote = self._obs(channel.obs_url, "algorithm.outputs.obs_url")
-                obs_copies.copy_in(remote, local[channel.name])
+                program_files.copy_in(remote, local[channel.name])
         return local
 
     def _environment(self, job_dir: str) -> dict[str, str]:
@@ -224,7 +198,7 @@ class UserCodeJob:
             "MA_JOB_DIR": mapped(job_dir, MA_JOB_DIR),
             "MA_MOUNT_PATH": mapped(job_dir, MA_MOUNT_PATH),
             "MA_LOG_DIR": mapped(job_dir, MA_LOG_DIR),
-            "MA_NUM_GPUS": str(local_gpu_count()),
+            "MA_NUM_GPUS": str(programs.cuda_device_count()),
             "MA_NUM_HOSTS": "1",
             "MA_TASK_NAME": TASK_NAME,
             "MA_CURRENT_IP": LOCAL_IP,
@@ -239,12 +213,12 @@ class UserCodeJob:
         channel = next((c for c in self.outputs if c.name == self.checkpoint_output), None)
         if channel is not None and local_dir is not None:
             remote = self._obs(channel.obs_url, "algorithm.outputs.obs_url")
-            obs_copies.copy_files_out(local_dir, remote, paths)
+            program_files.copy_files_out(local_dir, paths, remote)
 
     def _copy_outputs(self, local: dict[str, str], _exit: ProgramExit) -> None:
         """After the program, whatever its outcome: every output's directory → its ``obs_url``."""
         for channel in self.outputs:
-            obs_copies.copy_tree_out(
+            program_files.copy_tree_out(
                 local[channel.name], self._obs(channel.obs_url, "algorithm.outputs.obs_url")
             )
 

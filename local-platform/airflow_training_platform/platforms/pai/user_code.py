@@ -18,6 +18,7 @@ import tarfile
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_training_platform.engine import programs
 from airflow_training_platform.engine.container_init import wrapped
 from airflow_training_platform.engine.program_files import copy_files_out, copy_in, copy_tree_out
 from airflow_training_platform.engine.programs import MetricDefinition, Program, ProgramExit
@@ -51,15 +52,8 @@ def is_user_code(body: dict[str, Any], image_commands: dict[str, str]) -> bool:
 
 
 def parse_image_commands(entries: list[str] | None) -> dict[str, str]:
-    """``["IMAGE=COMMAND", ...]`` (the ``--pai-image-command`` setting) → ``{image: command}``.
-    :raises ValueError: an entry without ``=``, an image or a command."""
-    out: dict[str, str] = {}
-    for entry in entries or []:
-        image, sep, command = entry.partition("=")
-        if not sep or not image.strip() or not command.strip():
-            raise ValueError(f"{IMAGE_COMMAND_FLAG} wants IMAGE=COMMAND, got {entry!r}")
-        out[image.strip()] = command.strip()
-    return out
+    """The ``--pai-image-command IMAGE=COMMAND`` entries as ``{image: command}``."""
+    return programs.parse_image_commands(entries, IMAGE_COMMAND_FLAG)
 
 
 def user_args(hyperparameters: dict[str, str]) -> str:

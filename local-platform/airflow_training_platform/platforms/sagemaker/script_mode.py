@@ -18,12 +18,12 @@ import re
 import shlex
 import shutil
 import stat
-import subprocess
 import sys
 import tarfile
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_training_platform.engine import programs
 from airflow_training_platform.engine.program_files import copy_files_out, copy_in
 from airflow_training_platform.engine.programs import MetricDefinition, Program, ProgramExit
 from airflow_training_platform.platforms.sagemaker.wire import bad, s3_path
@@ -58,30 +58,8 @@ def is_user_code(body: dict[str, Any], image_commands: dict[str, str]) -> bool:
 
 
 def parse_image_commands(entries: list[str] | None) -> dict[str, str]:
-    """``["IMAGE=COMMAND", ...]`` (the ``--sagemaker-image-command`` setting) → ``{image: command}``.
-    :raises ValueError: an entry without ``=``."""
-    out: dict[str, str] = {}
-    for entry in entries or []:
-        image, sep, command = entry.partition("=")
-        if not sep or not image.strip() or not command.strip():
-            raise ValueError(f"--sagemaker-image-command wants IMAGE=COMMAND, got {entry!r}")
-        out[image.strip()] = command.strip()
-    return out
-
-
-@functools.cache
-def gpu_count() -> int:
-    """``SM_NUM_GPUS``: the ``GPU `` lines of ``nvidia-smi --list-gpus``, 0 if it is missing or fails
-    (as the toolkit counts them)."""
-    if shutil.which("nvidia-smi") is None:
-        return 0
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--list-gpus"], capture_output=True, text=True, timeout=10, check=True
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return 0
-    return sum(1 for line in out.splitlines() if line.startswith("GPU "))
+    """The ``--sagemaker-image-command IMAGE=COMMAND`` entries as ``{image: command}``."""
+    return programs.parse_image_commands(entries, "--sagemaker-image-command")
 
 
 def to_cmd_args(hyperparameters: dict[str, Any]) -> list[str]:
@@ -295,7 +273,7 @@ class ScriptModeJob:
             "module_name": module,
             "user_entry_point": entry,
             "log_level": log_level,
-            "num_gpus": gpu_count(),
+            "num_gpus": programs.cuda_device_count(),
             "num_cpus": multiprocessing.cpu_count(),
         }
         env = {
@@ -316,7 +294,7 @@ class ScriptModeJob:
             "SM_HOSTS": _env_value([CURRENT_HOST]),
             "SM_NETWORK_INTERFACE_NAME": "eth0",
             "SM_CURRENT_INSTANCE_TYPE": self.instance_type,
-            "SM_NUM_GPUS": str(gpu_count()),
+            "SM_NUM_GPUS": str(programs.cuda_device_count()),
             "SM_NUM_CPUS": str(multiprocessing.cpu_count()),
             "SM_RESOURCE_CONFIG": _env_value(resource_config),
             "SM_INPUT_DATA_CONFIG": _env_value(input_data_config),
