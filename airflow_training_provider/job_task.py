@@ -43,6 +43,7 @@ from airflow_training_provider.hooks.training import TrainingPlatformHook, WaitI
 from airflow_training_provider.hooks.transport import RetryPolicy
 from airflow_training_provider.identity import TaskIdentity
 from airflow_training_provider.lifecycle.guards import Guards
+from airflow_training_provider.lifecycle.operations import LogFollow
 from airflow_training_provider.lifecycle.waiting import (
     DeadlineKind,
     DeadlineReached,
@@ -68,11 +69,13 @@ from airflow_training_provider.models import (
     complete_cancel_result,
 )
 from airflow_training_provider.platforms import platform_job
+from airflow_training_provider.program_logs import SecretLines, note_unavailable, resolve_secrets
 from airflow_training_provider.progress import JobReport, describe
 from airflow_training_provider.task_instance_lookup import (
     JOB_ID_XCOM_KEY,
     current_job_id,
     event_cursor_key,
+    log_cursor_key,
     task_instance_state,
 )
 from airflow_training_provider.task_log import TaskLog
@@ -158,6 +161,15 @@ def parameters(model: type[M], owner: str, renamed: dict[str, str] | None = None
         raise ValueError(
             f"{owner}: parameter {name!r}: {msg[0].lower()}{msg[1:]} (got {err.get('input')!r})"
         ) from None
+
+
+def stream_logs_flag(value: Any, owner: str) -> bool:
+    """``stream_logs`` as given: a boolean (not a template: it decides what the trigger is given).
+
+    :raises ValueError: another value, naming ``owner`` and the parameter."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{owner}: stream_logs must be True or False, got {value!r}")
+    return value
 
 
 def job_outcome(job: TrainingJob) -> dict[str, Any]:
@@ -257,6 +269,40 @@ class TrainingJobTaskMixin(_Host):
     guards: Guards | None = None
     model_alias: str | None = None
     lineage: tuple[TrainingJob, str | None, str | None] | None = None  # the model made: job, URI, guard
+    #: write the training program's output into the task log while waiting (``program_logs.py``)
+    stream_logs: bool = False
+
+    def program_secret_references(self) -> list[dict[str, Any]]:
+        """The secret references (names, never values) whose values the job's program may print:
+        the lines written by ``stream_logs`` are masked against them. None by default (a sensor
+        watches a job it did not submit); the submit operator names its spec's."""
+        return []
+
+    def program_secret_values(self) -> list[str]:
+        """Secret values the worker knows without resolving a reference (written in the spec), for
+        the lines a wait on the worker writes. None by default."""
+        return []
+
+    def _follow_log_on_worker(self) -> tuple[LogFollow | None, SecretLines]:
+        """How a wait on the worker follows the program log (``stream_logs``): from the start (a
+        try's log shows every line), masked against the spec's secrets; or not at all (the
+        platform has no program log: one note)."""
+        if not self.stream_logs:
+            return None, SecretLines()
+        dialect = self.hook.dialect
+        if not dialect.capabilities.program_logs:
+            note_unavailable(self.log, dialect.name)
+            return None, SecretLines()
+        try:
+            resolved = resolve_secrets(self.program_secret_references())
+        except Exception as exc:  # noqa: BLE001 - never fails the wait
+            self.log.warning(
+                "stream_logs: the spec's secrets could not be resolved (%s); the program's lines are "
+                "not written, lest one show a secret",
+                exc,
+            )
+            return None, SecretLines()
+        return LogFollow(), SecretLines([*resolved.values, *self.program_secret_values()])
 
     def _init_job_task(
         self, *, poll_interval: Any, outage_budget: Any, confirm_cancel_timeout: Any, **policy: Any
@@ -467,11 +513,14 @@ class TrainingJobTaskMixin(_Host):
         self._remember_try(context, deadline)
         hook = self.hook
         cursor = 0 if hook.dialect.capabilities.events else None
-        report = JobReport(self.log)
+        logs, secrets = self._follow_log_on_worker()
+        report = JobReport(self.log, secrets=secrets)
         report.progress(job)
         ends = self.worker_deadline(deadline)
         guards = self.guards if self.guards is not None and self.guards.any else None
-        wait = wait_for_job(hook.ops, job.id, self.polling, self.cancel_policy, ends, cursor, guards=guards)
+        wait = wait_for_job(
+            hook.ops, job.id, self.polling, self.cancel_policy, ends, cursor, guards=guards, logs=logs
+        )
         try:
             outcome: WaitOutcome | None = hook.drive(wait, report, stop=self._stop)
         except WaitInterrupted:
@@ -578,6 +627,11 @@ class TrainingJobTaskMixin(_Host):
                 ti.xcom_push(key=event_cursor_key(identity.try_number), value=0)
             except Exception as exc:  # noqa: BLE001
                 self.log.warning("Event cursor not initialised (%s)", exc)
+        if self.stream_logs and self.hook.dialect.capabilities.program_logs:
+            try:  # the trigger's program-log cursor, as the event cursor (None: from the start)
+                ti.xcom_push(key=log_cursor_key(identity.try_number), value=None)
+            except Exception as exc:  # noqa: BLE001
+                self.log.warning("Log cursor not initialised (%s)", exc)
         trigger = TrainingJobTrigger(
             conn_id=self.conn_id,
             job_id=job.id,
@@ -589,6 +643,8 @@ class TrainingJobTaskMixin(_Host):
             task_id=identity.task_id,
             map_index=identity.map_index,
             try_number=identity.try_number,
+            stream_logs=self.stream_logs,
+            secret_references=json.dumps(self.program_secret_references()) if self.stream_logs else None,
             **self.polling.model_dump(exclude={"clear_grace"}),
             **self.cancel_policy.model_dump(),
             **(self.guards.model_dump(mode="json") if self.guards is not None and self.guards.any else {}),

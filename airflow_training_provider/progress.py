@@ -1,13 +1,14 @@
-"""What a waiting task writes to its log: one-line progress reports (only when something changed)
-and the platform's new events."""
+"""What a waiting task writes to its log: one-line progress reports (only when something changed),
+the platform's new events and (``stream_logs``) the training program's new lines."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable
 
 from airflow_training_provider.events import write_events
-from airflow_training_provider.lifecycle.operations import NewEvents, Progress, Step
+from airflow_training_provider.lifecycle.operations import NewEvents, NewLogLines, Progress, Step
 from airflow_training_provider.models import TrainingJob
+from airflow_training_provider.program_logs import SecretLines, write_lines
 from airflow_training_provider.task_log import TaskLog
 
 _SHOWN_METRICS = ("loss", "accuracy", "validation_loss", "validation_accuracy")
@@ -36,16 +37,22 @@ def describe(job: TrainingJob) -> str:
 
 class JobReport:
     """Turns a wait's reports into task-log lines: :func:`describe` of each polled job when its
-    state, epoch, step or metrics changed, and each new platform event once.
+    state, epoch, step or metrics changed, each new platform event once, and each new line of the
+    training program once (``[program] …``, masked against ``secrets``).
 
-    Call it with every :class:`Progress` / :class:`NewEvents` step; ``cursor`` is the number of
-    events written so far."""
+    Call it with every :class:`Progress` / :class:`NewEvents` / :class:`NewLogLines` step;
+    ``cursor`` is the number of events written so far, ``log_cursor`` the program log's cursor
+    after the last line written."""
 
-    def __init__(self, log: TaskLog, cursor: int = 0) -> None:
+    def __init__(
+        self, log: TaskLog, cursor: int = 0, log_cursor: str | None = None, secrets: SecretLines | None = None
+    ) -> None:
         self._log = log
         self._last: tuple | None = None
         self._last_metrics: dict[str, float] | None = None
         self.cursor = cursor
+        self.log_cursor = log_cursor
+        self.secrets = secrets or SecretLines()
 
     def __call__(self, step: Step) -> Awaitable[None] | None:
         """Report ``step``; what it returns, if anything, the async driver awaits."""
@@ -54,6 +61,9 @@ class JobReport:
         elif isinstance(step, NewEvents):
             write_events(self._log, step.events)
             self.cursor = max(self.cursor, step.cursor)
+        elif isinstance(step, NewLogLines):
+            write_lines(self._log, step.lines, self.secrets)
+            self.log_cursor = step.cursor
         return None
 
     def progress(self, job: TrainingJob) -> bool:

@@ -10,6 +10,7 @@ from airflow_training_provider.identity import TaskIdentity
 
 JOB_ID_XCOM_KEY = "job_id"
 EVENT_CURSOR_XCOM_KEY = "event_cursor"
+LOG_CURSOR_XCOM_KEY = "log_cursor"
 
 
 def event_cursor_key(try_number: int) -> str:
@@ -18,6 +19,12 @@ def event_cursor_key(try_number: int) -> str:
     one key for both, the two writes race (the API server answers 409) and one try's cursor
     overwrites the other's."""
     return f"{EVENT_CURSOR_XCOM_KEY}.try{try_number}"
+
+
+def log_cursor_key(try_number: int) -> str:
+    """The XCom key of a try's program-log cursor (``log_cursor.try2``), per try as the event
+    cursor's (:func:`event_cursor_key`)."""
+    return f"{LOG_CURSOR_XCOM_KEY}.try{try_number}"
 
 
 def task_instance_state(identity: TaskIdentity) -> str | None:
@@ -66,6 +73,34 @@ def set_event_cursor(identity: TaskIdentity, cursor: int) -> None:
 
     XCom.set(
         event_cursor_key(identity.try_number),
+        cursor,
+        dag_id=identity.dag_id,
+        task_id=identity.task_id,
+        run_id=identity.run_id,
+        map_index=identity.map_index,
+    )
+
+
+def get_log_cursor(identity: TaskIdentity) -> str | None:
+    """The program-log cursor after the last line the current try wrote to its log (``None``: none
+    written yet)."""
+    from airflow.sdk.execution_time.xcom import XCom
+
+    value = XCom.get_one(
+        key=log_cursor_key(identity.try_number),
+        dag_id=identity.dag_id,
+        task_id=identity.task_id,
+        run_id=identity.run_id,
+        map_index=identity.map_index,
+    )
+    return str(value) if value is not None else None
+
+
+def set_log_cursor(identity: TaskIdentity, cursor: str | None) -> None:
+    from airflow.sdk.execution_time.xcom import XCom
+
+    XCom.set(
+        log_cursor_key(identity.try_number),
         cursor,
         dag_id=identity.dag_id,
         task_id=identity.task_id,

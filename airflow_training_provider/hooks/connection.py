@@ -37,6 +37,7 @@ class PlatformConnection:
     :ivar credentials: what the dialect authenticates with (never logged: secrets are kept out of repr).
     :ivar transport_extra: the connection extras minus the credentials the platform reads from them
         (proxies, ``verify``, extra headers... as the HTTP provider interprets them).
+    :ivar service_urls: base URL of each companion service (:attr:`ApiRequest.service`).
     """
 
     conn_id: str
@@ -44,6 +45,7 @@ class PlatformConnection:
     base_url: str
     credentials: Credentials = field(repr=False)
     transport_extra: dict[str, Any] = field(default_factory=dict)
+    service_urls: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def resolve(cls, conn: Any) -> PlatformConnection:
@@ -54,7 +56,14 @@ class PlatformConnection:
         """
         platform = get_platform(conn.conn_type)
         parts = platform.connect(conn)
-        return cls(conn.conn_id, platform, parts.base_url, parts.credentials, parts.transport_extra)
+        return cls(
+            conn.conn_id,
+            platform,
+            parts.base_url,
+            parts.credentials,
+            parts.transport_extra,
+            parts.service_urls,
+        )
 
     @property
     def dialect(self) -> Dialect:

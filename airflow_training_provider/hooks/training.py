@@ -55,7 +55,7 @@ class TrainingPlatformHook(JobApi, HttpHook):
     @cached_property
     def _prepare(self) -> PreparedRequests:
         conn = self.platform_connection
-        return PreparedRequests(conn.dialect, conn.base_url, conn.credentials)
+        return PreparedRequests(conn.dialect, conn.base_url, conn.credentials, conn.service_urls)
 
     def sibling(self, retry_policy: RetryPolicy) -> TrainingPlatformHook:
         """A new hook on the same connection with its own HTTP session and ``retry_policy``,

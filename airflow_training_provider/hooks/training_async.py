@@ -186,7 +186,9 @@ class AsyncTrainingPlatformClient(JobApi):
         self.retry_policy = retry_policy
         self.ops = JobOperations(connection.dialect, connection.base_url)
         self._options = request_options or {}
-        self._prepare = PreparedRequests(connection.dialect, connection.base_url, connection.credentials)
+        self._prepare = PreparedRequests(
+            connection.dialect, connection.base_url, connection.credentials, connection.service_urls
+        )
         self._url: tuple[str, URL] = ("", URL())  # the last URL sent, parsed: a poll sends the same one
 
     async def drive(self, operation: Operation[Any], report: Callable[[Any], Any] | None = None) -> Any:

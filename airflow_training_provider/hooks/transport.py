@@ -157,11 +157,25 @@ def _query_value(value: Any) -> str:
 
 
 def prepare_request(
-    dialect: Dialect, base_url: str, request: ApiRequest, credentials: Credentials
+    dialect: Dialect,
+    base_url: str,
+    request: ApiRequest,
+    credentials: Credentials,
+    service_urls: Mapping[str, str] | None = None,
 ) -> HttpRequest:
     """The exact bytes to send for ``request``: absolute URL with query, headers (``Accept``,
     :data:`USER_AGENT`, the request's own, ``Content-Type`` with a body), body serialized once, then
-    authenticated by the dialect (which sees all of it and the signing time)."""
+    authenticated by the dialect (which sees all of it and the signing time).
+
+    :param service_urls: base URL of each companion service; a request naming one
+        (:attr:`ApiRequest.service`) goes there.
+    :raises ValueError: the request names a companion service the connection has no URL for."""
+    if request.service is not None:
+        if not service_urls or request.service not in service_urls:
+            raise ValueError(
+                f"{dialect.name}: the connection names no endpoint for service {request.service!r}"
+            )
+        base_url = service_urls[request.service]
     body = dialect.encode_body(request)
     headers = {"Accept": "application/json", "User-Agent": USER_AGENT, **request.headers}
     if body:
@@ -172,6 +186,7 @@ def prepare_request(
         headers=headers,
         body=body,
         timestamp=datetime.now(UTC),
+        service=request.service,
     )
     http.headers.update(dialect.authenticate(http, credentials))
     return http
@@ -184,13 +199,20 @@ class PreparedRequests:
     :meth:`Dialect.authenticate`) or refreshable credentials are prepared per send: a signature
     covers the time.
 
-    :param dialect, base_url, credentials: the connection's.
+    :param dialect, base_url, credentials, service_urls: the connection's.
     """
 
-    def __init__(self, dialect: Dialect, base_url: str, credentials: Credentials) -> None:
+    def __init__(
+        self,
+        dialect: Dialect,
+        base_url: str,
+        credentials: Credentials,
+        service_urls: Mapping[str, str] | None = None,
+    ) -> None:
         self.dialect = dialect
         self.base_url = base_url
         self.credentials = credentials
+        self.service_urls = dict(service_urls or {})
         self.reusable = credentials.source is None and type(dialect).authenticate is Dialect.authenticate
         self._last: tuple[ApiRequest, HttpRequest] | None = None
 
@@ -198,7 +220,7 @@ class PreparedRequests:
         last = self._last
         if last is not None and last[0] is request:
             return last[1]
-        http = prepare_request(self.dialect, self.base_url, request, self.credentials)
+        http = prepare_request(self.dialect, self.base_url, request, self.credentials, self.service_urls)
         if self.reusable:
             self._last = (request, http)
         return http

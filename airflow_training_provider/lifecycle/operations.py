@@ -7,8 +7,8 @@ An operation is a generator. It yields what it needs done and gets the answer ba
   :class:`~airflow_training_provider.errors.TrainingPlatformError` the call ended in;
 * :class:`Sleep` → the driver waits that many seconds (the worker's driver wakes up early when the
   task is killed);
-* :class:`Progress` and :class:`NewEvents` → reports for the task log (the trigger saves its event
-  cursor before writing the events).
+* :class:`Progress`, :class:`NewEvents` and :class:`NewLogLines` → reports for the task log (the
+  trigger saves its event and log cursors after writing them).
 
 Its return value is the operation's result. The sync hook (worker) and the async hook (trigger)
 are the two drivers (``TrainingPlatformHook.drive``, ``AsyncTrainingPlatformClient.drive``); the
@@ -23,11 +23,13 @@ import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, replace
 from datetime import datetime
+from functools import partial
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from airflow_training_provider.errors import (
     JobAlreadyExistsError,
+    JobNotFoundError,
     JobStateConflictError,
     MalformedResponseError,
     TrainingPlatformError,
@@ -44,7 +46,7 @@ from airflow_training_provider.models import (
     complete_cancel_result,
     no_cancel_needed,
 )
-from airflow_training_provider.platforms.base import ApiRequest, Dialect, parse_answer
+from airflow_training_provider.platforms.base import ApiRequest, Dialect, LogPage, parse_answer
 from airflow_training_provider.task_log import TaskLog
 
 if TYPE_CHECKING:
@@ -76,7 +78,33 @@ class NewEvents:
     cursor: int
 
 
-Step = ApiRequest | Sleep | Progress | NewEvents
+@dataclass(frozen=True)
+class NewLogLines:
+    """Lines the job's training program printed, not reported yet, and the log cursor after them
+    (:class:`~airflow_training_provider.platforms.base.LogPage`; may move with no lines: a log
+    stream found)."""
+
+    lines: tuple[str, ...]
+    cursor: str | None
+
+
+#: program-log pages read per poll while the job runs (the rest at the next poll)
+LOG_PAGES_PER_POLL = 5
+#: program-log pages read once the job ended, before the wait returns (its last lines: a traceback)
+LOG_PAGES_AT_END = 50
+
+
+@dataclass
+class LogFollow:
+    """A wait that follows the job's program log (``stream_logs``): where it is in it.
+
+    :ivar cursor: the dialect's cursor after the last line reported (``None``: from the start).
+    """
+
+    cursor: str | None = None
+
+
+Step = ApiRequest | Sleep | Progress | NewEvents | NewLogLines
 Operation = Generator[Step, Any, T]
 """A sans-IO operation returning ``T``."""
 
@@ -117,6 +145,12 @@ METRIC_HISTORY = Auxiliary(
     "The metric history",
     False,
     "the result will have none and early stopping cannot judge the job meanwhile",
+)
+PROGRAM_LOG = Auxiliary(
+    "program log",
+    "The program's log",
+    False,
+    "its lines are not written to the task log until it is readable again",
 )
 START_TIME = Auxiliary(
     "start time",
@@ -192,14 +226,19 @@ class JobOperations:
         self.log: TaskLog = log
         self.warned_at = 0.0  # time.monotonic() of its last warning (a trigger lets it reach the log)
 
-    def _optional(self, kind: Auxiliary, job_id: str, read: _Read[T] | None) -> Operation[T | None]:
+    def _optional(
+        self, kind: Auxiliary, job_id: str, read: _Read[T] | None, not_yet: bool = False
+    ) -> Operation[T | None]:
         """An auxiliary read: its value, or ``None`` when it is refused (401/403/404 on its
         endpoint), its answer is malformed, or it kept failing — warned about once per job and
         kind, never raised: only the status read decides a wait.
 
         It is retried like any one-shot call (``RetryPolicy.max_attempts``), never for the outage
         budget: an endpoint that stays down must not hold up the polls, nor the deadline checked
-        after them; it is read again at the next poll."""
+        after them; it is read again at the next poll.
+
+        :param not_yet: a "not found" answer means "not there yet" (a log stream the job has not
+            opened): ``None`` without a warning."""
         if read is None:
             return None
         request = replace(read.request, budget=None, reader=_raw)
@@ -207,6 +246,8 @@ class JobOperations:
             raw = yield request
             return parse_answer(request, lambda body: read.parse(_decoded(body)), raw)
         except TrainingPlatformError as exc:  # MalformedResponseError included
+            if not_yet and isinstance(exc, JobNotFoundError):
+                return None
             if (job_id, kind.name) not in self._unreadable:
                 self._unreadable.add((job_id, kind.name))
                 self.warned_at = time.monotonic()
@@ -418,6 +459,7 @@ class JobOperations:
         budget: float | None = None,
         cursor: int | None = None,
         watch: GuardWatch | None = None,
+        logs: LogFollow | None = None,
     ) -> Operation[tuple[TrainingJob, int | None]]:
         """Poll job ``job_id`` every ``interval`` s until ``until(job)`` holds or the clock reaches
         ``deadline`` (absolute, ``clock`` seconds); each poll is reported (:class:`Progress`).
@@ -428,6 +470,11 @@ class JobOperations:
 
         With a guard ``watch``, the guards are asked about each running job (:meth:`_guard`); when
         one fires the poll returns at once, the guard's stop in ``watch.fired``.
+
+        Following the program log (``logs``, platforms with ``capabilities.program_logs``), each
+        poll reports its new lines (:class:`NewLogLines`, at most :data:`LOG_PAGES_PER_POLL` pages;
+        once the job ended, up to :data:`LOG_PAGES_AT_END` more before it returns) and moves
+        ``logs.cursor`` past them.
 
         :returns: the last job seen and the event cursor after it.
         :raises TransientPlatformError: polls kept failing for longer than ``budget`` seconds.
@@ -447,6 +494,10 @@ class JobOperations:
                 if len(events) > cursor:
                     yield NewEvents(tuple(events[cursor:]), len(events))
                     cursor = len(events)
+            if logs is not None:
+                yield from self.follow_log(
+                    job, logs, LOG_PAGES_AT_END if job.is_terminal else LOG_PAGES_PER_POLL
+                )
             if job.is_terminal:
                 job = yield from self.final_view(job, events)
             yield Progress(job)
@@ -459,6 +510,32 @@ class JobOperations:
                 return job, cursor
             job = events = None  # not kept while sleeping: thousands of triggers wait at once
             yield Sleep(interval if deadline is None else max(0.0, min(interval, deadline - now)))
+
+    def follow_log(self, job: TrainingJob, logs: LogFollow, pages: int) -> Operation[None]:
+        """Read up to ``pages`` pages of ``job``'s program log from ``logs.cursor`` and report the
+        new lines at once (:class:`NewLogLines`: one report, one cursor save), ``logs.cursor`` then
+        after them. An auxiliary read: a page that is refused, malformed or "not there yet" ends
+        the read with what was read before it and the cursor kept there (warned once per job,
+        "not there yet" not at all); it never fails the wait nor counts against its outage budget."""
+        if not self.dialect.capabilities.program_logs:
+            return
+        lines: list[str] = []
+        at = logs.cursor
+        for _ in range(pages):
+            request = self.dialect.logs_request(job, at)
+            if request is None:  # nothing to read yet (no task, no stream)
+                break
+            read: _Read[LogPage] = _Read(request, partial(self.dialect.parse_logs, cursor=at))
+            page = yield from self._optional(PROGRAM_LOG, job.id, read, not_yet=True)
+            if page is None:
+                break
+            lines.extend(page.lines)
+            at = page.cursor
+            if not page.more:
+                break
+        if lines or at != logs.cursor:
+            yield NewLogLines(tuple(lines), at)
+            logs.cursor = at
 
     def _guard(self, job: TrainingJob, watch: GuardWatch, interval: float) -> Operation[GuardStop | None]:
         """Ask the guards about running ``job``, reading what they need that a poll does not give:

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from airflow_training_provider.cancellation import CancelPolicy, GiveUp, Seconds
 from airflow_training_provider.errors import TrainingPlatformError, TransientPlatformError
 from airflow_training_provider.lifecycle.guards import Guards, GuardStop, GuardWatch, best_checkpoint
-from airflow_training_provider.lifecycle.operations import JobOperations, Operation, is_terminal
+from airflow_training_provider.lifecycle.operations import JobOperations, LogFollow, Operation, is_terminal
 from airflow_training_provider.models import CancelResult, TrainingJob, complete_cancel_result
 from airflow_training_provider.platforms import platform_job
 
@@ -132,6 +132,7 @@ def wait_for_job(
     event_cursor: int | None = None,
     deadline_kind: DeadlineKind = "execution_timeout",
     guards: Guards | None = None,
+    logs: LogFollow | None = None,
 ) -> Operation[JobFinished | DeadlineReached | LostContact | PollFailed | GuardStopped]:
     """Wait until job ``job_id`` ends, the ``deadline`` (absolute UNIX seconds) passes, or the
     platform is lost for longer than ``polling.outage_budget``.
@@ -143,11 +144,20 @@ def wait_for_job(
     :param event_cursor: events already reported (platforms with events); ``None`` reports none.
     :param deadline_kind: what the deadline is; a sensor's timeout never cancels.
     :param guards: stop the job when one of them fires (:class:`GuardStopped`).
+    :param logs: follow the job's program log from ``logs.cursor`` (``stream_logs``): its new lines
+        are reported at each poll, the last ones before the wait ends (see ``JobOperations.poll``).
     """
     watch = GuardWatch(guards, ops.clock) if guards is not None and guards.any else None
     try:
         job, cursor = yield from ops.poll(
-            job_id, is_terminal, polling.poll_interval, deadline, polling.outage_budget, event_cursor, watch
+            job_id,
+            is_terminal,
+            polling.poll_interval,
+            deadline,
+            polling.outage_budget,
+            event_cursor,
+            watch,
+            logs,
         )
     except TransientPlatformError as exc:
         return LostContact(

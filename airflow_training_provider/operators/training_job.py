@@ -43,11 +43,13 @@ from airflow_training_provider.job_task import (
     log_cancel,
     parameters,
     platform_job,
+    stream_logs_flag,
 )
 from airflow_training_provider.lifecycle.guards import Guards, for_platform, unsupported
 from airflow_training_provider.lifecycle.operations import is_stopping_or_terminal, is_terminal
 from airflow_training_provider.links import TrainingJobConsoleLink
 from airflow_training_provider.models import Checkpoint, TrainingJob
+from airflow_training_provider.program_logs import secret_references
 from airflow_training_provider.spec_secrets import (
     SecretNotFoundError,
     find_references,
@@ -136,6 +138,13 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
         self-hosted W&B's URL as its host), read on the worker right before submit: Together's
         ``wandb_key``, or ``WANDB_API_KEY`` in the job's environment (SageMaker, PAI, ModelArts). The
         task fails before submitting on a platform with no place for it (TensorOne).
+    :param stream_logs: write the lines the job's training program prints (its stdout and stderr,
+        as the platform's log API serves them: SageMaker CloudWatch Logs, PAI
+        ``ListTrainingJobLogs``, ModelArts' log preview) into the task log while waiting, as
+        ``[program] <line>``: each once and in order, deferred (across triggerer restarts) or on
+        the worker, the last ones (a traceback) before the task ends; secrets the spec gives the
+        program show as ``***``. On a platform whose API does not serve them (TensorOne, Together)
+        one line says so. A boolean, not templated.
     :param model_alias: publish the trained model as an Airflow asset through
         ``AssetAlias(model_alias)`` (added to the task's outlets) when the task succeeds: the asset's
         URI is the model's checkpoint (a guard's best, else the final one; ``s3://``, ``oss://``,
@@ -194,6 +203,7 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
         on_max_runtime: str = "fail",
         model_alias: str | None = None,
         wandb_conn_id: str | None = None,
+        stream_logs: bool = False,
         **kwargs: Any,
     ) -> None:
         if isinstance(spec, dict):  # a malformed secret reference fails the DAG parse
@@ -204,6 +214,7 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
             kwargs["outlets"] = [*(kwargs.get("outlets") or []), AssetAlias(model_alias)]
         super().__init__(**kwargs)
         self.model_alias = model_alias
+        self.stream_logs = stream_logs_flag(stream_logs, f"{type(self).__name__}({self.task_id})")
         self.wandb_conn_id = wandb_conn_id
         self.conn_id = conn_id
         self.spec = spec
@@ -324,6 +335,16 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
         if references:
             self.log.info("Secrets resolved on the worker (masked): %s", "; ".join(references))
         return dialect.validate_spec(spec, self.allow_unknown_fields)
+
+    def program_secret_references(self) -> list[dict[str, Any]]:
+        """The spec's secret references and ``wandb_conn_id``'s password: what the program's lines
+        are masked against (``stream_logs``)."""
+        refs = secret_references(self.spec) if isinstance(self.spec, dict) else []
+        return refs + ([{"conn_id": self.wandb_conn_id}] if self.wandb_conn_id else [])
+
+    def program_secret_values(self) -> list[str]:
+        """The secret values written in the spec (``secret_values``): the worker knows them."""
+        return secret_values(self.spec, self.hook.dialect)
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """OpenLineage (called by the OpenLineage provider's listener when the task succeeded):

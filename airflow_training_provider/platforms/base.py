@@ -319,6 +319,10 @@ class ApiRequest:
         :class:`~airflow_training_provider.errors.MalformedResponseError`, retried like a 5xx. Set
         by the job lifecycle (a poll: :meth:`Dialect.read_poll`, one validation straight from the
         bytes), not by dialects.
+    :ivar service: a companion service of the platform the call goes to instead of the job API
+        (SageMaker's program logs: ``logs``, CloudWatch Logs); the connection names its base URL
+        (:attr:`~airflow_training_provider.platforms.descriptor.ConnectionParts.service_urls`) and
+        the dialect signs for it (:attr:`HttpRequest.service`). ``None``: the job API.
     """
 
     method: str
@@ -330,6 +334,7 @@ class ApiRequest:
     idempotent: bool = True
     budget: float | None = None
     reader: Callable[[bytes | str], Any] | None = field(default=None, compare=False, repr=False)
+    service: str | None = None
 
 
 @dataclass
@@ -341,6 +346,7 @@ class HttpRequest:
     :ivar headers: every header sent, authentication added by :meth:`Dialect.authenticate`.
     :ivar body: the body bytes (``b""`` when there is none).
     :ivar timestamp: UTC time the request is prepared and signed.
+    :ivar service: the companion service it goes to (:attr:`ApiRequest.service`), ``None``: the job API.
     """
 
     method: str
@@ -348,6 +354,24 @@ class HttpRequest:
     headers: dict[str, str]
     body: bytes
     timestamp: datetime
+    service: str | None = None
+
+
+@dataclass(frozen=True)
+class LogPage:
+    """One read of a job's program log (the lines its training program printed), as
+    :meth:`Dialect.parse_logs` makes it of a logs answer.
+
+    :ivar lines: the new lines, oldest first, without their line ends.
+    :ivar cursor: where the next read starts (the position after ``lines``): an opaque, JSON-safe
+        string the dialect defines and alone reads (:meth:`Dialect.logs_request`); ``None`` = from
+        the start.
+    :ivar more: more lines are there to read now (a full page); ``False`` = read up to the end.
+    """
+
+    lines: tuple[str, ...]
+    cursor: str | None
+    more: bool
 
 
 @dataclass(frozen=True)
@@ -364,6 +388,8 @@ class Capabilities:
     :ivar metric_history: the job's per-epoch metrics can be read while it runs (a metrics endpoint,
         or the metrics saved with each checkpoint): the ``early_stopping`` guard works.
     :ivar cost_usd: the job reports what it has cost so far, in USD: the ``max_cost_usd`` guard works.
+    :ivar program_logs: the lines the job's training program printed can be read while it runs
+        (:meth:`Dialect.logs_request`): ``stream_logs=True`` writes them into the task log.
     """
 
     final_checkpoint_on_cancel: bool = False
@@ -374,12 +400,14 @@ class Capabilities:
     checkpoints_in_job: bool = True
     metric_history: bool = False
     cost_usd: bool = False
+    program_logs: bool = False
 
     def served_by(self) -> dict[str, tuple[str, ...]]:
         """The :class:`Dialect` methods a dialect declaring these capabilities must override, by
         the declaration they serve (checked when a dialect class is defined): ``events`` (not in
         the job object) → the events endpoint and its parser; ``checkpoints_in_job=False`` → the
-        checkpoints endpoint and its parser; ``list_jobs`` → the list call and its parser. The
+        checkpoints endpoint and its parser; ``list_jobs`` → the list call and its parser;
+        ``program_logs`` → the log read and its parser. The
         other flags are served by methods every dialect has (``parse_job``, ``cancel_request``)."""
         served: dict[str, tuple[str, ...]] = {}
         if self.events and not self.events_in_job:
@@ -388,6 +416,8 @@ class Capabilities:
             served["checkpoints_in_job=False"] = ("checkpoints_request", "parse_checkpoints")
         if self.list_jobs:
             served["list_jobs"] = ("list_request", "parse_list")
+        if self.program_logs:
+            served["program_logs"] = ("logs_request", "parse_logs")
         return served
 
 
@@ -432,6 +462,7 @@ class Dialect(ABC):
         "events_request": "parse_events",
         "metrics_request": "parse_metrics",
         "list_request": "parse_list",
+        "logs_request": "parse_logs",
     }
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -658,6 +689,33 @@ class Dialect(ABC):
         :returns: the request, or ``None`` (the default): the platform has no metrics endpoint.
         """
         return None
+
+    def logs_request(self, job: TrainingJob, cursor: str | None) -> ApiRequest | None:
+        """The next read of job ``job``'s program log (the lines its training program printed),
+        from ``cursor`` on; its answer is read by :meth:`parse_logs`. For a platform with
+        ``capabilities.program_logs``; read while a task with ``stream_logs=True`` waits, as an
+        auxiliary read (refused or malformed: no lines, the cursor kept, never failing the wait).
+
+        Wire source: SageMaker CloudWatch Logs ``DescribeLogStreams`` / ``GetLogEvents``, PAI
+        ``ListTrainingJobLogs``, ModelArts ``GET …/tasks/{task_id}/logs/preview``
+        (``docs/platforms/<platform>.md``, "Program logs").
+
+        :param job: the job as last polled (a dialect may need more than its id: ModelArts' task).
+        :param cursor: a cursor of an earlier :class:`LogPage` of this job, ``None`` = from the start.
+        :returns: the request, or ``None``: nothing to read yet (no log stream, no task) or no
+            log endpoint (the default).
+        """
+        return None
+
+    def parse_logs(self, body: Any, cursor: str | None) -> LogPage:
+        """The page of program log lines in a logs answer (to :meth:`logs_request` with ``cursor``).
+
+        :param body: the decoded answer.
+        :param cursor: the cursor the request was made from.
+        :returns: the new lines and the cursor after them; by default none (no log endpoint).
+        :raises Exception: any of :data:`MALFORMED_ERRORS` on an answer of another shape.
+        """
+        return LogPage((), cursor, False)
 
     def tagged_job_request(self, job_id: str) -> ApiRequest | None:
         """A request whose answer (read with :meth:`parse_list`) holds job ``job_id`` with its tags,

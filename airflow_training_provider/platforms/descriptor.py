@@ -47,11 +47,14 @@ def base_url_of(host: str | None, schema: str | None, port: int | None, default:
 @dataclass(frozen=True)
 class ConnectionParts:
     """What a platform reads from an Airflow connection: its credentials, the API base URL, and
-    the extras left for the HTTP session (proxies, ``verify``, extra headers)."""
+    the extras left for the HTTP session (proxies, ``verify``, extra headers), and the base URL of
+    each companion service a dialect's request may name (:attr:`ApiRequest.service`: SageMaker's
+    ``logs``)."""
 
     credentials: Credentials = field(repr=False)
     base_url: str
     transport_extra: dict[str, Any] = field(default_factory=dict)
+    service_urls: dict[str, str] = field(default_factory=dict)
 
 
 #: the Airflow connection fields a credential may come from, besides ``extra.<key>``.

@@ -21,6 +21,7 @@ filter by tag).
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -54,6 +55,7 @@ from airflow_training_provider.platforms.base import (
     Credentials,
     Dialect,
     HttpRequest,
+    LogPage,
     WireModel,
     local_cost_usd,
     retry_after_seconds,
@@ -72,6 +74,12 @@ from airflow_training_provider.platforms.descriptor import ConnectionParts, Plat
 TARGET_PREFIX = "SageMaker."
 CONTENT_TYPE = "application/x-amz-json-1.1"
 SIGNING_NAME = "sagemaker"
+#: CloudWatch Logs, where a training job's program output is (``docs/platforms/sagemaker.md``, "Program logs")
+LOGS_SERVICE = "logs"
+LOGS_TARGET_PREFIX = "Logs_20140328."
+LOG_GROUP = "/aws/sagemaker/TrainingJobs"
+#: ``GetLogEvents`` ``limit`` (1–10,000; a page holds at most 1 MB either way)
+LOG_EVENTS_PER_PAGE = 1000
 NAME_PATTERN = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
 MAX_NAME = 63
 TAG_KEY_PREFIX = "airflow-"
@@ -316,6 +324,7 @@ class SageMakerDialect(Dialect):
         events_in_job=True,
         list_jobs=True,
         checkpoints_in_job=True,
+        program_logs=True,
     )
     status_map = {
         "InProgress": JobState.RUNNING,
@@ -409,9 +418,69 @@ class SageMakerDialect(Dialect):
             "Search", {"Resource": "TrainingJob", "SearchExpression": {"Filters": filters}, "MaxResults": 1}
         )
 
+    def logs_request(self, job: TrainingJob, cursor: str | None) -> ApiRequest:
+        """CloudWatch Logs (service ``logs``, awsJson 1.1, ``X-Amz-Target: Logs_20140328.<Op>``) in
+        the group ``/aws/sagemaker/TrainingJobs``: without a stream yet, ``DescribeLogStreams``
+        (``logStreamNamePrefix=<job>/``, by name: ``<job>/algo-1-…``, the first host's, comes first);
+        then ``GetLogEvents(startFromHead=True)`` on that stream, from the cursor's
+        ``nextForwardToken`` on. Only the first host's stream is read.
+
+        :param cursor: ``None``, or ``{"stream": name, "token": nextForwardToken | null}`` as JSON
+            (:meth:`parse_logs`)."""
+        if cursor is None:
+            body: dict[str, Any] = {
+                "logGroupName": LOG_GROUP,
+                "logStreamNamePrefix": f"{job.id}/",
+                "orderBy": "LogStreamName",
+                "limit": 1,
+            }
+            return self._logs_op("DescribeLogStreams", body)
+        at = json.loads(cursor)
+        body = {
+            "logGroupName": LOG_GROUP,
+            "logStreamName": at["stream"],
+            "startFromHead": True,
+            "limit": LOG_EVENTS_PER_PAGE,
+        }
+        if at.get("token"):
+            body["nextToken"] = at["token"]
+        return self._logs_op("GetLogEvents", body)
+
+    @staticmethod
+    def _logs_op(operation: str, body: dict[str, Any]) -> ApiRequest:
+        return ApiRequest(
+            "POST",
+            "/",
+            body=body,
+            headers={"X-Amz-Target": LOGS_TARGET_PREFIX + operation},
+            content_type=CONTENT_TYPE,
+            service=LOGS_SERVICE,
+        )
+
+    def parse_logs(self, body: Any, cursor: str | None) -> LogPage:
+        """A ``DescribeLogStreams`` answer (``cursor`` ``None``): the job's stream, once it exists
+        (no lines yet, ``more``: its events are read next); a ``GetLogEvents`` answer: each event's
+        ``message`` a line, the cursor at its ``nextForwardToken``. CloudWatch answers the token it
+        was sent at the end of a stream: ``more`` is false then, and after an empty page."""
+        if cursor is None:
+            streams = body["logStreams"]
+            if not isinstance(streams, list):
+                raise TypeError("logStreams is not a list")
+            if not streams:  # the job has not started writing yet
+                return LogPage((), None, False)
+            return LogPage((), json.dumps({"stream": streams[0]["logStreamName"], "token": None}), True)
+        at = json.loads(cursor)
+        events, token = body["events"], body["nextForwardToken"]
+        if not isinstance(events, list) or not isinstance(token, str):
+            raise TypeError("events is not a list or nextForwardToken not a string")
+        lines = tuple(str(e["message"]).rstrip("\r\n") for e in events)
+        more = bool(lines) and token != at.get("token")
+        return LogPage(lines, json.dumps({"stream": at["stream"], "token": token}), more)
+
     def authenticate(self, request: HttpRequest, credentials: Credentials) -> dict[str, str]:
         """AWS Signature Version 4 by botocore over the method, URL, ``Content-Type``,
-        ``X-Amz-Target`` and body; the keys of the session come through the token cache
+        ``X-Amz-Target`` and body, for the service ``sagemaker`` (or the companion service the
+        request names: ``logs``); the keys of the session come through the token cache
         (:class:`BotocoreCredentials`)."""
         from botocore.auth import SigV4Auth
         from botocore.awsrequest import AWSRequest
@@ -420,7 +489,7 @@ class SageMakerDialect(Dialect):
         boto = BotoCredentials(*credentials.signing_keys())
         signed = {k: v for k, v in request.headers.items() if k.lower() in ("content-type", "x-amz-target")}
         aws = AWSRequest(method=request.method, url=request.url, data=request.body, headers=signed)
-        SigV4Auth(boto, SIGNING_NAME, credentials.region or "us-east-1").add_auth(aws)
+        SigV4Auth(boto, request.service or SIGNING_NAME, credentials.region or "us-east-1").add_auth(aws)
         return {
             k: v
             for k, v in aws.headers.items()
@@ -528,7 +597,9 @@ class SageMakerDialect(Dialect):
             return PlatformAuthError(message, **kw)
         if code == "ResourceInUse":
             return JobAlreadyExistsError(message, **kw)
-        if code == "ResourceNotFound" or (code == "ValidationException" and _NOT_FOUND_TEXT.search(message)):
+        if code in ("ResourceNotFound", "ResourceNotFoundException") or (
+            code == "ValidationException" and _NOT_FOUND_TEXT.search(message)
+        ):
             return JobNotFoundError(message, **kw)
         if code == "ValidationException" and _IN_STATUS_TEXT.search(message):
             return JobStateConflictError(message, **kw)
@@ -600,12 +671,16 @@ class AwsPlatformDescriptor(PlatformDescriptor):
         region = factory.region_name or session.region_name or "us-east-1"
         endpoint = factory.conn.get_service_endpoint_url(self.service)
         base_url = base_url_of(endpoint, None, None, self.default_url(Credentials(region=region)))
+        # CloudWatch Logs (program logs): service_config.logs.endpoint_url, else the endpoint_url
+        # that overrides every service (the local platform serves both), else AWS's regional one
+        logs_endpoint = factory.conn.get_service_endpoint_url(LOGS_SERVICE)
+        logs_url = base_url_of(logs_endpoint, None, None, f"https://logs.{region}.amazonaws.com")
         # the same settings give the same keys: one held value, one HTTP session per settings
         key = f"aws:{source.method}#{secret_digest(conn.login, conn.password, conn.extra, region)}"
         credentials = Credentials(
             access_key_id=source.access_key, region=region, source=BotocoreCredentials(source, key)
         )
-        return ConnectionParts(credentials, base_url, {})
+        return ConnectionParts(credentials, base_url, {}, {LOGS_SERVICE: logs_url})
 
     @property
     def credential_hint(self) -> str:

@@ -19,7 +19,9 @@ from airflow.sdk.exceptions import (
 from airflow_training_provider.job_task import (
     TrainingJobTaskMixin,
     job_outcome,
+    stream_logs_flag,
 )
+from airflow_training_provider.lifecycle.operations import LOG_PAGES_AT_END, LOG_PAGES_PER_POLL, LogFollow
 from airflow_training_provider.links import TrainingJobConsoleLink
 from airflow_training_provider.progress import JobReport
 
@@ -50,6 +52,11 @@ class TrainingJobSensor(TrainingJobTaskMixin, BaseSensorOperator):
     :param preserve_checkpoints: on cancel, keep the job's checkpoints.
     :param create_final_checkpoint: on cancel, ask for a final checkpoint (where the platform can).
     :param confirm_cancel_timeout: seconds to wait for the platform to confirm a cancel.
+    :param stream_logs: write the lines the job's training program prints into the task log while
+        waiting, as ``[program] <line>``, each once and in order, the last ones (a traceback) before
+        the task ends; deferred (across triggerer restarts) or not. On a platform whose API does
+        not serve them (TensorOne, Together) one line says so. In ``reschedule`` mode each poke
+        starts the log over.
 
     Returns the final job as JSON, like :class:`SubmitTrainingJobOperator`.
     """
@@ -70,10 +77,12 @@ class TrainingJobSensor(TrainingJobTaskMixin, BaseSensorOperator):
         preserve_checkpoints: bool = True,
         create_final_checkpoint: bool = True,
         confirm_cancel_timeout: float | timedelta = 60.0,
+        stream_logs: bool = False,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("poke_interval", poll_interval)
         super().__init__(**kwargs)
+        self.stream_logs = stream_logs_flag(stream_logs, f"{type(self).__name__}({self.task_id})")
         self.job_id = job_id
         self.conn_id = conn_id
         self.deferrable = deferrable
@@ -86,6 +95,7 @@ class TrainingJobSensor(TrainingJobTaskMixin, BaseSensorOperator):
             create_final_checkpoint=create_final_checkpoint,
         )
         self._report: JobReport | None = None
+        self._logs: LogFollow | None = None
 
     def execute(self, context: Context) -> Any:
         if not self.deferrable:
@@ -116,8 +126,12 @@ class TrainingJobSensor(TrainingJobTaskMixin, BaseSensorOperator):
     def poke(self, context: Context) -> PokeReturnValue:
         job = self.hook.get_job(self.job_id, budget=self.polling.outage_budget)
         if self._report is None:  # the first poke of this try
-            self._report = JobReport(self.log)
+            self._logs, secrets = self._follow_log_on_worker()
+            self._report = JobReport(self.log, secrets=secrets)
             self.publish_job(context, job)
+        if self._logs is not None:
+            pages = LOG_PAGES_AT_END if job.is_terminal else LOG_PAGES_PER_POLL
+            self.hook.drive(self.hook.ops.follow_log(job, self._logs, pages), self._report)
         self._report.progress(job)
         if not job.is_terminal:
             return PokeReturnValue(is_done=False)

@@ -10,6 +10,7 @@ deadline (if the policy says so) and in the verified ``on_kill`` (``docs/airflow
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -23,7 +24,7 @@ from airflow_training_provider.hooks.training_async import AsyncTrainingPlatform
 from airflow_training_provider.hooks.transport import RetryPolicy
 from airflow_training_provider.identity import TaskIdentity
 from airflow_training_provider.lifecycle.guards import Guards
-from airflow_training_provider.lifecycle.operations import NewEvents, Step
+from airflow_training_provider.lifecycle.operations import LogFollow, NewEvents, NewLogLines, Step
 from airflow_training_provider.lifecycle.waiting import (
     DeadlineKind,
     DeadlineReached,
@@ -31,11 +32,14 @@ from airflow_training_provider.lifecycle.waiting import (
     poll_phase_delay,
     wait_for_job,
 )
+from airflow_training_provider.program_logs import SecretLines, note_unavailable, resolve_secrets
 from airflow_training_provider.progress import JobReport
 from airflow_training_provider.task_instance_lookup import (
     current_job_id,
     get_event_cursor,
+    get_log_cursor,
     set_event_cursor,
+    set_log_cursor,
     task_instance_state,
 )
 from airflow_training_provider.task_log import TaskLog
@@ -57,24 +61,36 @@ _GUARD_FIELDS = frozenset(Guards.model_fields)
 
 
 class _CursorSavingReport(JobReport):
-    """The trigger's :class:`JobReport`: after writing new events it returns the save of the event
-    cursor for the driver to await. Written first, then saved (shielded: a triggerer shutdown does
-    not stop the save): an event is repeated only if the process dies in between, never lost — log
-    lines written after a cancellation do not reach the task log. A poll's progress is written
-    synchronously (no coroutine per poll)."""
+    """The trigger's :class:`JobReport`: after writing new events (or program lines) it returns the
+    save of the event (or log) cursor for the driver to await. Written first, then saved (shielded:
+    a triggerer shutdown does not stop the save): an event or line is repeated only if the process
+    dies in between, never lost — log lines written after a cancellation do not reach the task log.
+    A poll's progress is written synchronously (no coroutine per poll)."""
 
-    def __init__(self, log: TaskLog, cursor: int, save: Callable[[int], Awaitable[None]]) -> None:
-        super().__init__(log, cursor)
+    def __init__(
+        self,
+        log: TaskLog,
+        cursor: int,
+        save: Callable[[int], Awaitable[None]],
+        log_cursor: str | None = None,
+        secrets: SecretLines | None = None,
+        save_log: Callable[[str | None], Awaitable[None]] | None = None,
+    ) -> None:
+        super().__init__(log, cursor, log_cursor, secrets)
         self._save = save
-        self.wrote_events_at = 0.0  # time.monotonic() of the last events written
+        self._save_log = save_log
+        self.wrote_events_at = 0.0  # time.monotonic() of the last events (or program lines) written
 
     def __call__(self, step: Step) -> Awaitable[None] | None:
-        if isinstance(step, NewEvents) and stopping():
+        if isinstance(step, NewEvents | NewLogLines) and stopping():
             return None  # the triggerer is stopping: its restart writes them (triggers/shutdown.py)
         super().__call__(step)
         if isinstance(step, NewEvents):
             self.wrote_events_at = time.monotonic()
             return self._save(step.cursor)
+        if isinstance(step, NewLogLines) and self._save_log is not None:
+            self.wrote_events_at = time.monotonic()
+            return self._save_log(step.cursor)
         return None
 
 
@@ -91,6 +107,14 @@ class TrainingJobTrigger(BaseTrigger):
     :param event_cursor: platform events already written to the task log (platforms with events);
         the cursor is also kept in the try's ``event_cursor.try<n>`` XCom so a restarted triggerer resumes after
         the last written event.
+    :param stream_logs: write the lines the job's training program prints into the task log
+        (``[program] …``; platforms with ``capabilities.program_logs``, else one note).
+    :param log_cursor: the program log's cursor at the deferral (``None``: from the start); the
+        cursor after the last line written is kept in the try's ``log_cursor.try<n>`` XCom, which
+        a restarted triggerer resumes from.
+    :param secret_references: the spec's secret references as a JSON list (``{"conn_id",
+        "field"}`` or ``{"variable"}``: names, never values; a string, so the kwargs stay flat);
+        resolved here to mask the program's lines.
     :param deferred_at: UNIX time (seconds) the task deferred; the event waits until
         ``deferred_at + resume_settle`` (see :class:`~airflow_training_provider.lifecycle.waiting.Polling`).
     :param dag_id, run_id, task_id, map_index, try_number: the task instance try that deferred —
@@ -122,6 +146,9 @@ class TrainingJobTrigger(BaseTrigger):
         task_id: str | None = None,
         map_index: int = -1,
         try_number: int = 1,
+        stream_logs: bool = False,
+        log_cursor: str | None = None,
+        secret_references: str | None = None,
         **options: Any,
     ) -> None:
         super().__init__()
@@ -134,6 +161,9 @@ class TrainingJobTrigger(BaseTrigger):
         self.deadline_kind = deadline_kind
         self.deferred_at = deferred_at
         self.event_cursor = int(event_cursor)
+        self.stream_logs = bool(stream_logs)
+        self.log_cursor = log_cursor
+        self.secret_references = secret_references
         self.identity = (
             TaskIdentity(dag_id, run_id, task_id, map_index, try_number)
             if dag_id and run_id and task_id
@@ -159,6 +189,9 @@ class TrainingJobTrigger(BaseTrigger):
                 "task_id": identity.task_id if identity else None,
                 "map_index": identity.map_index if identity else -1,
                 "try_number": identity.try_number if identity else 1,
+                "stream_logs": self.stream_logs,
+                "log_cursor": self.log_cursor,
+                "secret_references": self.secret_references,
                 **self.polling.model_dump(),
                 **self.policy.model_dump(),
                 **self.guards.model_dump(mode="json"),
@@ -176,7 +209,15 @@ class TrainingJobTrigger(BaseTrigger):
             cursor = None
             if client.dialect.capabilities.events:
                 cursor = max(self.event_cursor, await self._load_cursor())
-            report = _CursorSavingReport(self.log, cursor or 0, self._save_cursor)
+            logs, secrets = await self._follow_log(client.dialect) if self.stream_logs else (None, None)
+            report = _CursorSavingReport(
+                self.log,
+                cursor or 0,
+                self._save_cursor,
+                logs.cursor if logs else None,
+                secrets,
+                self._save_log_cursor,
+            )
             if polling.spread_polls:
                 delay = poll_phase_delay(self.job_id, polling.poll_interval, time.time())
                 if self.deadline is not None:
@@ -191,6 +232,7 @@ class TrainingJobTrigger(BaseTrigger):
                 cursor,
                 self.deadline_kind,
                 self.guards if self.guards.any else None,
+                logs,
             )
             outcome = await client.drive(wait, report)
         if isinstance(outcome, DeadlineReached):
@@ -229,6 +271,44 @@ class TrainingJobTrigger(BaseTrigger):
             self.log.warning("Event cursor not readable (%s): events may be written to the log again", exc)
             return 0
         return int(value or 0)
+
+    async def _follow_log(self, dialect: Any) -> tuple[LogFollow | None, SecretLines | None]:
+        """Where to follow the program log from (the saved cursor, else the kwarg's) and the
+        secrets to mask in its lines, resolved here from the spec's references. ``(None, None)``:
+        not followed — the platform has no program log (one note), or a secret could not be
+        resolved (a warning: no line is written rather than one showing a secret)."""
+        if not dialect.capabilities.program_logs:
+            note_unavailable(self.log, dialect.name)
+            return None, None
+        try:
+            references = json.loads(self.secret_references) if self.secret_references else []
+            secrets = await sync_to_async(resolve_secrets)(references)
+        except Exception as exc:  # noqa: BLE001 - never fails the wait
+            self.log.warning(
+                "stream_logs: the spec's secrets could not be resolved in the triggerer (%s); the "
+                "program's lines are not written, lest one show a secret",
+                exc,
+            )
+            return None, None
+        cursor = self.log_cursor
+        if self.identity is not None:
+            try:
+                saved = await sync_to_async(get_log_cursor)(self.identity)
+            except Exception as exc:  # noqa: BLE001
+                self.log.warning("Log cursor not readable (%s): program lines may be written again", exc)
+            else:
+                cursor = saved if saved is not None else cursor
+        return LogFollow(cursor), secrets
+
+    async def _save_log_cursor(self, cursor: str | None) -> None:
+        if self.identity is None:
+            return
+        try:
+            await asyncio.shield(sync_to_async(set_log_cursor)(self.identity, cursor))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the lines are written; a restart may repeat them
+            self.log.warning("Log cursor not saved (%s)", exc)
 
     async def _save_cursor(self, cursor: int) -> None:
         if self.identity is None:

@@ -54,6 +54,7 @@ def test_events_in_the_job_object_need_no_events_endpoint():
     ("capabilities", "flag", "missing"),
     [
         (Capabilities(list_jobs=True), "list_jobs", "list_request, parse_list"),
+        (Capabilities(program_logs=True), "program_logs", "logs_request, parse_logs"),
         (
             Capabilities(checkpoints_in_job=False),
             "checkpoints_in_job=False",

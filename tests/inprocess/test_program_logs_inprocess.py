@@ -1,0 +1,173 @@
+"""``stream_logs=True`` in this process against a local platform that runs the user's own program
+(SageMaker script mode): every line the program printed lands in the task log once and in order,
+deferred and on the worker, the last ones (a traceback) too; a trigger stopped mid-stream and
+started again from its kwargs and the saved XCom cursor (a triggerer restart) writes no line twice
+and loses none; a secret the program prints shows as ``***`` in what the trigger writes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import tarfile
+import uuid
+from pathlib import Path
+
+import pytest
+from airflow.sdk.exceptions import TaskDeferred
+
+from airflow_training_devel.local_fixtures import LOCAL_FIXTURES
+from airflow_training_platform.server import LocalPlatformServer
+from airflow_training_provider.operators.training_job import SubmitTrainingJobOperator
+from airflow_training_provider.program_logs import MAX_LINE_CHARS
+from airflow_training_provider.spec_secrets import connection_secret
+from airflow_training_provider.task_instance_lookup import log_cursor_key
+from airflow_training_provider.testing.inprocess import InMemoryAirflow, first_event, run_task, task_context
+from airflow_training_provider.triggers.training_job import TrainingJobTrigger
+from tests.user_code import script_hyperparameters
+
+PROGRAM = Path(__file__).parents[1] / "data" / "user_code" / "print_lines.py"
+CODE_URI = "s3://code/logs/sourcedir.tar.gz"
+CONN_ID = "aws_program_logs"
+SECRET_CONN = "ip_logs_secret"
+PASSWORD = "pw-" + uuid.uuid4().hex
+LINES = 40
+
+
+@pytest.fixture(scope="module")
+def platform(tmp_path_factory):
+    with LocalPlatformServer(
+        str(tmp_path_factory.mktemp("program-logs")), log_level="warning", allow_user_code=True
+    ) as server:
+        code = Path(server.data_dir) / "s3" / "code" / "logs"
+        code.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(code / "sourcedir.tar.gz", "w:gz") as tar:
+            tar.add(PROGRAM, arcname="print_lines.py")
+        yield server
+
+
+@pytest.fixture(autouse=True)
+def connections(platform, monkeypatch):
+    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", LOCAL_FIXTURES["aws"].connection_json(platform.url))
+    monkeypatch.setenv(
+        f"AIRFLOW_CONN_{SECRET_CONN.upper()}", json.dumps({"conn_type": "generic", "password": PASSWORD})
+    )
+
+
+def expected(fail: bool = False) -> list[str]:
+    """What the program prints, as the task log shows it (the long line cut, the secret masked)."""
+    long = f"{'x' * MAX_LINE_CHARS}… [{3000 - MAX_LINE_CHARS} more characters]"
+    lines = [f"line {i:03d} of {LINES}" for i in range(LINES)] + [long, "connecting with password ***"]
+    return lines + (
+        ["Traceback (most recent call last):", "RuntimeError: the last words"] if fail else ["done"]
+    )
+
+
+def operator(*, deferrable: bool, fail: bool = False) -> SubmitTrainingJobOperator:
+    hyperparameters = {**script_hyperparameters(), "sagemaker_program": json.dumps("print_lines.py")}
+    hyperparameters["sagemaker_submit_directory"] = json.dumps(CODE_URI)
+    spec = {
+        "RoleArn": "arn:aws:iam::123456789012:role/InProcess",
+        "AlgorithmSpecification": {
+            "TrainingImage": "local/sklearn-script-mode:1",
+            "TrainingInputMode": "File",
+        },
+        "OutputDataConfig": {"S3OutputPath": "s3://ip/output"},
+        "ResourceConfig": {"InstanceType": "ml.m5.large", "InstanceCount": 1, "VolumeSizeInGB": 10},
+        "StoppingCondition": {"MaxRuntimeInSeconds": 600},
+        "HyperParameters": hyperparameters,
+        "Environment": {
+            "LINES": str(LINES),
+            "BURST_SECONDS": "0.25",
+            "FAIL": "1" if fail else "0",
+            "DB_PASSWORD": connection_secret(SECRET_CONN),
+        },
+    }
+    return SubmitTrainingJobOperator(
+        task_id="train",
+        conn_id=CONN_ID,
+        spec=spec,
+        deferrable=deferrable,
+        poll_interval=0.3,
+        stream_logs=True,
+    )
+
+
+def program_lines(text: str) -> list[str]:
+    """The ``[program]`` lines of a captured task log, without the prefix and the log's decorations."""
+    found = [
+        re.split(r"\[program\] ", line, maxsplit=1)[1] for line in text.splitlines() if "[program] " in line
+    ]
+    return [re.sub(r"\s+\[[\w.]+\]( \S+=\S+)*$", "", line) for line in found]
+
+
+@pytest.mark.parametrize("deferrable", [True, False], ids=["deferred", "worker"])
+def test_every_program_line_lands_in_the_task_log_once_in_order(deferrable, capfd, caplog):
+    op = operator(deferrable=deferrable, fail=True)
+    ctx = task_context(op, run_id=f"program-logs-{deferrable}-{uuid.uuid4().hex[:6]}")
+    with InMemoryAirflow().installed(), pytest.raises(Exception, match="the last words|Failed|failed"):
+        run_task(op, ctx)
+    out, err = capfd.readouterr()
+    logged = (
+        out
+        + err
+        + "\n".join(f"[program] {r.getMessage()}" for r in caplog.records if "[program]" in r.getMessage())
+    )
+    lines = program_lines(out + err) or program_lines(logged)
+    assert lines == expected(fail=True)
+    assert PASSWORD not in out + err + caplog.text
+
+
+class Recorder:
+    """A task log that keeps what the trigger writes, formatted, before any masker of Airflow's."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def _add(self, msg, *args) -> None:
+        self.lines.append(str(msg) % args if args else str(msg))
+
+    def debug(self, msg, *args):
+        self._add(msg, *args)
+
+    info = warning = error = exception = debug
+
+    def log(self, level, msg, *args):
+        self._add(msg, *args)
+
+    def program(self) -> list[str]:
+        return [line.split("[program] ", 1)[1] for line in self.lines if line.startswith("[program] ")]
+
+
+def test_a_restarted_trigger_writes_no_line_twice_and_loses_none_and_masks_secrets():
+    op = operator(deferrable=True)
+    ctx = task_context(op, run_id=f"program-logs-restart-{uuid.uuid4().hex[:6]}")
+    with InMemoryAirflow().installed() as airflow:
+        with pytest.raises(TaskDeferred) as deferred:
+            op.execute(ctx)
+        kwargs = json.loads(json.dumps(deferred.value.trigger.serialize()[1]))
+        kwargs.update(resume_settle=0.0, spread_polls=False)
+        assert PASSWORD not in json.dumps(kwargs) and kwargs["log_cursor"] is None
+        ti = (ctx["ti"].dag_id, ctx["ti"].run_id, ctx["ti"].task_id, -1, log_cursor_key(1))
+
+        async def run_until_some_lines() -> Recorder:
+            first = TrainingJobTrigger(**kwargs)
+            first._log = recorder = Recorder()
+            task = asyncio.ensure_future(first_event(first))
+            while len(recorder.program()) < 10:
+                assert not task.done(), "the job ended before the trigger was stopped"
+                await asyncio.sleep(0.05)
+            task.cancel()  # the triggerer stops: the trigger is cancelled mid-stream
+            await asyncio.gather(task, return_exceptions=True)
+            await asyncio.sleep(0.3)  # the shielded cursor save finishes, as it does in the triggerer
+            return recorder
+
+        before = asyncio.run(run_until_some_lines())
+        saved = airflow.xcoms[ti]
+        again = TrainingJobTrigger(**kwargs)  # the triggerer's restart: same kwargs, cursor from XCom
+        again._log = after = Recorder()
+        event = asyncio.run(first_event(again))
+    assert event.payload["status"] == "terminal" and event.payload["job"]["state"] == "succeeded"
+    assert saved is not None and 10 <= len(before.program()) < len(expected())
+    assert before.program() + after.program() == expected()
+    assert PASSWORD not in "\n".join(before.lines + after.lines)

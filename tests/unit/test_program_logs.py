@@ -1,0 +1,242 @@
+"""Program logs (``stream_logs``), pure logic: the SageMaker dialect's CloudWatch Logs requests and
+pages (docs/platforms/sagemaker.md, "Program logs"), the companion service's endpoint and SigV4
+scope, the shared follow (bounded pages, cursor kept on failure, one warning), masking and cutting
+of lines. No I/O."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import pytest
+
+from airflow_training_provider.errors import JobNotFoundError, PlatformAuthError
+from airflow_training_provider.hooks.transport import prepare_request
+from airflow_training_provider.lifecycle.operations import (
+    LOG_PAGES_PER_POLL,
+    JobOperations,
+    LogFollow,
+    NewLogLines,
+    advance,
+)
+from airflow_training_provider.models import JobState, TrainingJob
+from airflow_training_provider.platforms.base import (
+    ApiRequest,
+    Capabilities,
+    Credentials,
+    Dialect,
+    LogPage,
+)
+from airflow_training_provider.platforms.sagemaker import SageMakerDialect
+from airflow_training_provider.program_logs import MAX_LINE_CHARS, SecretLines, secret_references, shown
+from airflow_training_provider.spec_secrets import connection_secret, variable_secret
+
+D = SageMakerDialect()
+JOB = TrainingJob(id="af-demo-1", platform="sagemaker", state=JobState.RUNNING, raw_status="InProgress")
+STREAM = "af-demo-1/algo-1-1740823320"
+
+
+def test_sagemaker_finds_the_jobs_stream_then_reads_it_from_the_head():
+    first = D.logs_request(JOB, None)
+    assert (first.service, first.headers["X-Amz-Target"]) == ("logs", "Logs_20140328.DescribeLogStreams")
+    assert first.body == {
+        "logGroupName": "/aws/sagemaker/TrainingJobs",
+        "logStreamNamePrefix": "af-demo-1/",
+        "orderBy": "LogStreamName",
+        "limit": 1,
+    }
+    assert D.parse_logs({"logStreams": []}, None) == LogPage((), None, False), "no stream yet"
+    found = D.parse_logs({"logStreams": [{"logStreamName": STREAM, "creationTime": 1}]}, None)
+    assert found.lines == () and found.more and json.loads(found.cursor) == {"stream": STREAM, "token": None}
+    read = D.logs_request(JOB, found.cursor)
+    assert read.headers["X-Amz-Target"] == "Logs_20140328.GetLogEvents"
+    assert read.body == {
+        "logGroupName": "/aws/sagemaker/TrainingJobs",
+        "logStreamName": STREAM,
+        "startFromHead": True,
+        "limit": 1000,
+    }
+    page = D.parse_logs(
+        {
+            "events": [
+                {"timestamp": 1, "message": "epoch=1\n", "ingestionTime": 2},
+                {"timestamp": 3, "message": "b"},
+            ],
+            "nextForwardToken": "f/2",
+            "nextBackwardToken": "b/0",
+        },
+        found.cursor,
+    )
+    assert page.lines == ("epoch=1", "b") and page.more
+    assert D.logs_request(JOB, page.cursor).body["nextToken"] == "f/2"
+    end = D.parse_logs({"events": [], "nextForwardToken": "f/2", "nextBackwardToken": "b/2"}, page.cursor)
+    assert end == LogPage((), page.cursor, False), "the same token back: the end of the stream for now"
+
+
+@pytest.mark.parametrize(
+    "body", [{}, {"logStreams": "x"}, {"events": "x", "nextForwardToken": "f/1"}, {"events": []}]
+)
+def test_sagemaker_log_answers_of_another_shape_raise(body):
+    cursor = json.dumps({"stream": STREAM, "token": None}) if "events" in body else None
+    with pytest.raises((KeyError, TypeError)):
+        D.parse_logs(body, cursor)
+
+
+def test_a_missing_log_group_or_stream_is_not_found_not_a_failure():
+    error = D.classify_error(
+        400,
+        {},
+        {"__type": "ResourceNotFoundException", "message": "The specified log stream does not exist."},
+    )
+    assert isinstance(error, JobNotFoundError)
+
+
+def test_the_log_calls_go_to_the_logs_endpoint_signed_for_the_logs_service():
+    creds = Credentials(access_key_id="AKIDEXAMPLE", secret_access_key="s3cr3t", region="eu-west-1")
+    urls = {"logs": "https://logs.eu-west-1.amazonaws.com"}
+    http = prepare_request(
+        D, "https://api.sagemaker.eu-west-1.amazonaws.com", D.logs_request(JOB, None), creds, urls
+    )
+    assert http.url == "https://logs.eu-west-1.amazonaws.com/"
+    assert "/eu-west-1/logs/aws4_request" in http.headers["Authorization"]
+    job_call = prepare_request(
+        D, "https://api.sagemaker.eu-west-1.amazonaws.com", D.get_request("j"), creds, urls
+    )
+    assert "/eu-west-1/sagemaker/aws4_request" in job_call.headers["Authorization"]
+    with pytest.raises(ValueError, match="no endpoint for service 'logs'"):
+        prepare_request(D, "https://h", D.logs_request(JOB, None), creds)
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        ({"region_name": "eu-west-1"}, "https://logs.eu-west-1.amazonaws.com"),
+        ({"region_name": "us-east-1", "endpoint_url": "http://127.0.0.1:9"}, "http://127.0.0.1:9"),
+        (
+            {"region_name": "us-east-1", "endpoint_url": "http://127.0.0.1:9",
+             "service_config": {"logs": {"endpoint_url": "http://127.0.0.1:7"}}},
+            "http://127.0.0.1:7",
+        ),
+    ],
+)  # fmt: skip
+def test_the_aws_connection_names_the_logs_endpoint(extra, expected):
+    from airflow.sdk.definitions.connection import Connection
+
+    from airflow_training_provider.platforms.sagemaker import PLATFORM
+
+    conn = Connection(conn_id="a", conn_type="aws", login="AKID", password="x", extra=json.dumps(extra))
+    assert PLATFORM.connect(conn).service_urls == {"logs": expected}
+
+
+# -- the shared follow ---------------------------------------------------------------------------
+class Paged(Dialect):
+    """A platform whose log is ``LINES``, two lines a page; the cursor is the lines read."""
+
+    name = "paged"
+    status_map = {"running": JobState.RUNNING}
+    capabilities = Capabilities(program_logs=True)
+
+    def logs_request(self, job: TrainingJob, cursor: str | None) -> ApiRequest:
+        return ApiRequest("GET", f"/logs/{job.id}", params={"from": int(cursor or 0)})
+
+    def parse_logs(self, body: Any, cursor: str | None) -> LogPage:
+        start = int(cursor or 0)
+        return LogPage(tuple(body["lines"]), str(start + len(body["lines"])), body["more"])
+
+    # not used here
+    spec_model = None  # type: ignore[assignment]
+    with_tags = create_request = get_request = cancel_request = parse_created = parse_job = parse_cancel = (
+        None  # type: ignore[assignment]
+    )
+
+
+LINES = [f"l{i}" for i in range(30)]
+
+
+def follow(
+    answer, cursor: str | None = None, pages: int = LOG_PAGES_PER_POLL, ops: JobOperations | None = None
+):
+    """Drive one follow; ``answer(request)`` gives a page body or an exception. → (reports, follow)."""
+    ops = ops or JobOperations(Paged(), "http://h")
+    logs = LogFollow(cursor)
+    operation = ops.follow_log(JOB, logs, pages)
+    reports, reply, error = [], None, None
+    while True:
+        done, step = advance(operation, reply, error)
+        if done:
+            return reports, logs
+        reply = error = None
+        if isinstance(step, ApiRequest):
+            got = answer(step)
+            if isinstance(got, BaseException):
+                error = got
+            else:
+                reply = json.dumps(got).encode()
+        else:
+            reports.append(step)
+
+
+def pages_of(request: ApiRequest) -> dict:
+    start = request.params["from"]
+    return {"lines": LINES[start : start + 2], "more": start + 2 < len(LINES)}
+
+
+def test_a_poll_reads_a_bounded_number_of_pages_and_reports_them_at_once():
+    reports, logs = follow(pages_of)
+    assert reports == [NewLogLines(tuple(LINES[:10]), "10")] and logs.cursor == "10"
+    reports, logs = follow(pages_of, logs.cursor, pages=50)
+    assert reports == [NewLogLines(tuple(LINES[10:]), "30")], "the rest, from the cursor on"
+    assert follow(pages_of, "30")[0] == [], "nothing new: no report"
+
+
+def test_a_failed_page_keeps_what_was_read_before_it_and_warns_once(caplog):
+    ops = JobOperations(Paged(), "http://h")
+    refused = lambda r: pages_of(r) if r.params["from"] < 4 else PlatformAuthError("denied", status=403)  # noqa: E731
+    with caplog.at_level(logging.WARNING):
+        reports, logs = follow(refused, ops=ops)
+        again, _ = follow(refused, logs.cursor, ops=ops)
+    assert reports == [NewLogLines(tuple(LINES[:4]), "4")] and again == []
+    warnings = [r.getMessage() for r in caplog.records if "not readable" in r.getMessage()]
+    assert len(warnings) == 1 and warnings[0].startswith(
+        "The program's log of job af-demo-1 is not readable (403"
+    )
+
+
+def test_no_log_yet_is_silent(caplog):
+    with caplog.at_level(logging.WARNING):
+        reports, logs = follow(
+            lambda r: JobNotFoundError("The specified log stream does not exist.", status=400)
+        )
+    assert reports == [] and logs.cursor is None and not caplog.records
+
+
+def test_a_platform_without_program_logs_reads_nothing():
+    from airflow_training_provider.platforms.tensorone import TensorOneDialect
+
+    operation = JobOperations(TensorOneDialect(), "http://h").follow_log(JOB, LogFollow(), 5)
+    assert advance(operation) == (True, None), "no request, no report"
+
+
+# -- lines as written --------------------------------------------------------------------------
+def test_secrets_are_masked_longest_first_and_short_values_left_alone():
+    secrets = SecretLines(["hunter2-long", "hunter2", "abc"])
+    assert secrets.mask("pw=hunter2-long then hunter2 and abc") == "pw=*** then *** and abc"
+    assert "hunter2" not in repr(secrets)
+
+
+def test_long_lines_are_cut_and_control_characters_replaced():
+    assert shown("a\tb\x1b[31mc") == "a\tb�[31mc"
+    cut = shown("y" * (MAX_LINE_CHARS + 5))
+    assert cut == "y" * MAX_LINE_CHARS + "… [5 more characters]"
+
+
+def test_the_trigger_gets_the_references_never_the_values():
+    spec = {
+        "Environment": {
+            "A": connection_secret("db"),
+            "B": variable_secret("tok"),
+            "C": connection_secret("db"),
+        }
+    }
+    assert secret_references(spec) == [{"conn_id": "db"}, {"variable": "tok"}]
