@@ -22,6 +22,7 @@ pointing at it.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -55,6 +56,7 @@ from airflow_training_provider.platforms.base import (
     Credentials,
     Dialect,
     HttpRequest,
+    LogPage,
     WireModel,
     local_cost_usd,
     name_value_pairs,
@@ -332,6 +334,7 @@ class ModelArtsDialect(Dialect):
         events_in_job=False,
         list_jobs=True,
         checkpoints_in_job=True,
+        program_logs=True,  # the task log's preview
     )
     status_map = {
         "Creating": JobState.PENDING,
@@ -448,6 +451,52 @@ class ModelArtsDialect(Dialect):
         return ApiRequest(
             "GET", f"{PATH}/{job_id}/events", params={"offset": 0, "limit": EVENTS_LIMIT, "order": "asc"}
         )
+
+    def logs_request(self, job: TrainingJob, cursor: str | None) -> ApiRequest:
+        """Without a task yet: the job (``GET …/training-jobs/{id}``), for its first task in
+        ``status.tasks`` (``worker-0``); then that task's log preview,
+        ``GET …/training-jobs/{id}/tasks/{task_id}/logs/preview`` → ``{content, current_size,
+        full_size}``.
+
+        :param cursor: ``None``, or ``{"task": task id, "bytes": bytes of the log read}`` as JSON."""
+        if cursor is None:
+            return self.get_request(job.id)
+        task = json.loads(cursor)["task"]
+        return ApiRequest("GET", f"{PATH}/{job.id}/tasks/{task}/logs/preview")
+
+    def parse_logs(self, body: Any, cursor: str | None) -> LogPage:
+        """The job (``cursor`` ``None``): its first task, once it has one (no lines yet, ``more``);
+        a preview: the whole lines of the log past the bytes already read (a line still being
+        written waits for its end). The preview holds the whole log up to 5 MB, then only its latest
+        part (``content`` is the last ``current_size`` of ``full_size`` bytes): lines that left
+        the window unread are not shown, one line says how many bytes were skipped. Never ``more``:
+        one preview holds everything readable."""
+        if cursor is None:
+            tasks = WireJob.model_validate(body).status.tasks
+            return (
+                LogPage((), json.dumps({"task": tasks[0], "bytes": 0}), True)
+                if tasks
+                else LogPage((), None, False)
+            )
+        at = json.loads(cursor)
+        content, current, full = body["content"], body["current_size"], body["full_size"]
+        if not isinstance(content, str) or not isinstance(current, int) or not isinstance(full, int):
+            raise TypeError("content is not a string or a size not an integer")
+        data = content.encode("utf-8")
+        window = full - len(data)  # the byte of the whole log the preview starts at
+        lines: list[str] = []
+        offset = at["bytes"] - window
+        if offset < 0:  # past the preview's limit: what left the window unread is lost here
+            lines.append(f"[{-offset} bytes of the log not shown: past the log preview's size limit]")
+            offset = 0
+        end = data.rfind(b"\n") + 1  # whole lines only
+        if end <= offset:
+            return LogPage(
+                tuple(lines), json.dumps({"task": at["task"], "bytes": max(at["bytes"], window)}), False
+            )
+        text = data[offset:end].decode("utf-8", errors="replace")
+        lines += [line.rstrip("\r") for line in text.split("\n")[:-1]]
+        return LogPage(tuple(lines), json.dumps({"task": at["task"], "bytes": window + end}), False)
 
     def authenticate(self, request: HttpRequest, credentials: Credentials) -> dict[str, str]:
         """SDK-HMAC-SHA256 by Huawei's signer (``huaweicloudsdkcore``) over the method, path, query,

@@ -56,6 +56,7 @@ from airflow_training_provider.platforms.base import (
     Credentials,
     Dialect,
     HttpRequest,
+    LogPage,
     WireModel,
     local_cost_usd,
     name_value_pairs,
@@ -89,6 +90,10 @@ _AUTH_CODES = re.compile(
 _NOT_FOUND_CODES = re.compile(r"NotExist|NotFound", re.IGNORECASE)
 _CONFLICT_CODES = re.compile(r"Status|State|AlreadyStopped|AlreadyTerminated", re.IGNORECASE)
 _EVENT_LINE = re.compile(r"^(?P<at>\d{4}-\d\d-\d\dT[\d:.]+Z)\s+(?:\[(?P<type>[^\]]+)\]\s*)?(?P<message>.*)$")
+
+
+#: ``ListTrainingJobLogs`` ``PageSize``: lines per page (the reference's example is 100)
+LOG_PAGE_SIZE = 100
 
 
 def endpoint_of(region: str) -> str:
@@ -298,6 +303,7 @@ class PaiDialect(Dialect):
         list_jobs=True,
         checkpoints_in_job=True,
         metric_history=True,  # ListTrainingJobMetrics; PAI reports no cost
+        program_logs=True,  # ListTrainingJobLogs
     )
     status_map = {
         "Creating": JobState.PENDING,
@@ -425,6 +431,25 @@ class PaiDialect(Dialect):
             f"{PATH}/{job_id}/events",
             params={"PageSize": 1000, "PageNumber": 1},
         )
+
+    def logs_request(self, job: TrainingJob, cursor: str | None) -> ApiRequest:
+        """``ListTrainingJobLogs`` (``GET …/{id}/logs``), the page of :data:`LOG_PAGE_SIZE` lines
+        that holds the first line not read yet (the cursor: the number of lines read, as a string);
+        no time window (from the job's start)."""
+        read = int(cursor or 0)
+        params = {"PageNumber": read // LOG_PAGE_SIZE + 1, "PageSize": LOG_PAGE_SIZE}
+        return self._call("ListTrainingJobLogs", "GET", f"{PATH}/{job.id}/logs", params=params)
+
+    def parse_logs(self, body: Any, cursor: str | None) -> LogPage:
+        """``Logs`` (one line each) past the lines already read; ``more`` while the page is full.
+        ``TRAINING_JOB_INSTANCE_NOT_FOUND`` (HTTP 404, before the job's instance started) is a
+        "not found" (:meth:`classify_error`): no lines yet."""
+        read = int(cursor or 0)
+        logs = body["Logs"] if body.get("Logs") is not None else []
+        if not isinstance(logs, list):
+            raise TypeError("Logs is not a list")
+        new = tuple(str(line).rstrip("\r\n") for line in logs[read % LOG_PAGE_SIZE :])
+        return LogPage(new, str(read + len(new)), len(logs) == LOG_PAGE_SIZE)
 
     def metrics_request(self, job_id: str) -> ApiRequest | None:
         return self._call(

@@ -240,3 +240,71 @@ def test_the_trigger_gets_the_references_never_the_values():
         }
     }
     assert secret_references(spec) == [{"conn_id": "db"}, {"variable": "tok"}]
+
+
+# -- PAI and ModelArts ---------------------------------------------------------------------------
+def test_pai_reads_the_page_holding_the_first_unread_line():
+    from airflow_training_provider.platforms.pai import LOG_PAGE_SIZE, PaiDialect
+
+    pai = PaiDialect()
+    job = JOB.model_copy(update={"id": "dlc-1", "platform": "pai"})
+    first = pai.logs_request(job, None)
+    assert (first.method, first.path, first.headers["x-acs-action"]) == (
+        "GET",
+        "/api/v1/trainingjobs/dlc-1/logs",
+        "ListTrainingJobLogs",
+    )
+    assert first.params == {"PageNumber": 1, "PageSize": LOG_PAGE_SIZE}
+    lines = [f"l{i}" for i in range(LOG_PAGE_SIZE + 30)]
+    page1 = pai.parse_logs({"RequestId": "r", "TotalCount": "130", "Logs": lines[:LOG_PAGE_SIZE]}, None)
+    assert page1.lines == tuple(lines[:LOG_PAGE_SIZE]) and page1.cursor == "100" and page1.more
+    assert pai.logs_request(job, page1.cursor).params["PageNumber"] == 2
+    page2 = pai.parse_logs({"TotalCount": "130", "Logs": lines[LOG_PAGE_SIZE:]}, page1.cursor)
+    assert page2 == LogPage(tuple(lines[LOG_PAGE_SIZE:]), "130", False)
+    again = pai.parse_logs({"TotalCount": "132", "Logs": [*lines[LOG_PAGE_SIZE:], "a", "b\n"]}, page2.cursor)
+    assert again == LogPage(("a", "b"), "132", False), "the same page re-read: only the lines past the cursor"
+    assert pai.parse_logs({"TotalCount": "0", "Logs": None}, None) == LogPage((), "0", False)
+    error = pai.classify_error(404, {}, {"Code": "TRAINING_JOB_INSTANCE_NOT_FOUND", "Message": "no instance"})
+    assert isinstance(error, JobNotFoundError), "before the job's instance started: no logs yet"
+    with pytest.raises(TypeError):
+        pai.parse_logs({"Logs": "x"}, None)
+
+
+def modelarts_job(tasks: list[str]) -> dict:
+    return {"metadata": {"id": "ma-1", "name": "n"}, "status": {"phase": "Running", "tasks": tasks}}
+
+
+def preview(text: str, limit: int | None = None) -> dict:
+    whole = text.encode()
+    part = whole if limit is None or len(whole) <= limit else whole[len(whole) - limit :]
+    return {"content": part.decode(), "current_size": len(part), "full_size": len(whole)}
+
+
+def test_modelarts_finds_the_task_then_reads_whole_lines_of_its_log_preview():
+    from airflow_training_provider.platforms.modelarts import ModelArtsDialect
+
+    ma = ModelArtsDialect()
+    job = JOB.model_copy(update={"id": "ma-1", "platform": "modelarts"})
+    assert ma.logs_request(job, None).path == "/training-jobs/ma-1"
+    assert ma.parse_logs(modelarts_job([]), None) == LogPage((), None, False), "no task yet"
+    found = ma.parse_logs(modelarts_job(["worker-0", "worker-1"]), None)
+    assert found.more and json.loads(found.cursor) == {"task": "worker-0", "bytes": 0}
+    read = ma.logs_request(job, found.cursor)
+    assert (read.method, read.path) == ("GET", "/training-jobs/ma-1/tasks/worker-0/logs/preview")
+    page = ma.parse_logs(preview("a\nb\nc-still-being-writ"), found.cursor)
+    assert page.lines == ("a", "b") and not page.more and json.loads(page.cursor)["bytes"] == 4
+    page = ma.parse_logs(preview("a\nb\nc-still-being-written\nd\n"), page.cursor)
+    assert page.lines == ("c-still-being-written", "d")
+    assert ma.parse_logs(preview("a\nb\nc-still-being-written\nd\n"), page.cursor).lines == ()
+
+
+def test_modelarts_past_the_previews_limit_says_what_was_skipped():
+    from airflow_training_provider.platforms.modelarts import ModelArtsDialect
+
+    ma = ModelArtsDialect()
+    start = json.dumps({"task": "worker-0", "bytes": 4})  # "a\nb\n" read
+    page = ma.parse_logs(preview("a\nb\nccc\nddd\neee\n", limit=8), start)  # the window: "ddd\neee\n"
+    assert page.lines == ("[4 bytes of the log not shown: past the log preview's size limit]", "ddd", "eee")
+    assert json.loads(page.cursor)["bytes"] == 16
+    with pytest.raises((KeyError, TypeError)):
+        ma.parse_logs({"content": 1, "current_size": 1, "full_size": 1}, start)
