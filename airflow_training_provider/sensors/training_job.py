@@ -56,7 +56,8 @@ class TrainingJobSensor(TrainingJobTaskMixin, BaseSensorOperator):
         waiting, as ``[program] <line>``, each once and in order, the last ones (a traceback) before
         the task ends; deferred (across triggerer restarts) or not. On a platform whose API does
         not serve them (TensorOne, Together) one line says so. In ``reschedule`` mode each poke
-        starts the log over.
+        starts the log over. The sensor knows no spec: a secret the program prints is masked only
+        when Airflow's masker knows it (give ``stream_logs`` to the submitting operator instead).
 
     Returns the final job as JSON, like :class:`SubmitTrainingJobOperator`.
     """

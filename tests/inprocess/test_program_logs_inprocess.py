@@ -20,6 +20,7 @@ from airflow_training_devel.local_fixtures import LOCAL_FIXTURES
 from airflow_training_platform.server import LocalPlatformServer
 from airflow_training_provider.operators.training_job import SubmitTrainingJobOperator
 from airflow_training_provider.program_logs import MAX_LINE_CHARS
+from airflow_training_provider.sensors.training_job import TrainingJobSensor
 from airflow_training_provider.spec_secrets import connection_secret
 from airflow_training_provider.task_instance_lookup import log_cursor_key
 from airflow_training_provider.testing.inprocess import InMemoryAirflow, first_event, run_task, task_context
@@ -35,7 +36,7 @@ LINES = 40
 
 
 @pytest.fixture(scope="module")
-def platform(tmp_path_factory):
+def user_code_platform(tmp_path_factory):
     with LocalPlatformServer(
         str(tmp_path_factory.mktemp("program-logs")), log_level="warning", allow_user_code=True
     ) as server:
@@ -47,8 +48,10 @@ def platform(tmp_path_factory):
 
 
 @pytest.fixture(autouse=True)
-def connections(platform, monkeypatch):
-    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", LOCAL_FIXTURES["aws"].connection_json(platform.url))
+def connections(user_code_platform, monkeypatch):
+    monkeypatch.setenv(
+        f"AIRFLOW_CONN_{CONN_ID.upper()}", LOCAL_FIXTURES["aws"].connection_json(user_code_platform.url)
+    )
     monkeypatch.setenv(
         f"AIRFLOW_CONN_{SECRET_CONN.upper()}", json.dumps({"conn_type": "generic", "password": PASSWORD})
     )
@@ -171,3 +174,36 @@ def test_a_restarted_trigger_writes_no_line_twice_and_loses_none_and_masks_secre
     assert saved is not None and 10 <= len(before.program()) < len(expected())
     assert before.program() + after.program() == expected()
     assert PASSWORD not in "\n".join(before.lines + after.lines)
+
+
+def test_the_sensor_in_poke_mode_streams_the_jobs_lines_too(capfd, caplog):
+    submitted = operator(deferrable=False)
+    submitted.wait_for_completion = False
+    ctx = task_context(submitted, run_id=f"program-logs-sensor-{uuid.uuid4().hex[:6]}")
+    job = run_task(submitted, ctx)
+    capfd.readouterr()
+    sensor = TrainingJobSensor(
+        task_id="watch",
+        job_id=job["id"],
+        conn_id=CONN_ID,
+        poll_interval=0.3,
+        deferrable=False,
+        stream_logs=True,
+    )
+    result = run_task(sensor, task_context(sensor, run_id=ctx["run_id"]))
+    out, err = capfd.readouterr()
+    assert result["state"] == "succeeded"
+    # the sensor knows no spec: its lines are masked by what the worker registered (the submit's)
+    assert program_lines(out + err)[:LINES] == expected()[:LINES] and program_lines(out + err)[-1] == "done"
+
+
+def test_a_platform_without_program_logs_says_so_once_and_the_task_succeeds(control, capfd):
+    from tests.inprocess.test_operators_inprocess import submit, tensorone_spec
+
+    op = submit("tensorone", tensorone_spec(epochs=1), stream_logs=True, deferrable=True)
+    result = run_task(op, task_context(op, run_id=f"program-logs-none-{uuid.uuid4().hex[:6]}"))
+    out, err = capfd.readouterr()
+    notes = [line for line in (out + err).splitlines() if "stream_logs:" in line]
+    assert result["state"] == "succeeded" and len(notes) == 1
+    assert "tensorone does not serve its training program's output through its API" in notes[0]
+    assert "[program]" not in out + err
