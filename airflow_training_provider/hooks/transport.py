@@ -34,7 +34,11 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from airflow_training_provider.errors import MalformedResponseError, TransientPlatformError
+from airflow_training_provider.errors import (
+    MalformedResponseError,
+    TrainingPlatformError,
+    TransientPlatformError,
+)
 from airflow_training_provider.platforms.base import (
     ApiRequest,
     Credentials,
@@ -169,10 +173,11 @@ def prepare_request(
 
     :param service_urls: base URL of each companion service; a request naming one
         (:attr:`ApiRequest.service`) goes there.
-    :raises ValueError: the request names a companion service the connection has no URL for."""
+    :raises TrainingPlatformError: the request names a companion service the connection has no URL
+        for (definite: an auxiliary read is left out, warned about once)."""
     if request.service is not None:
         if not service_urls or request.service not in service_urls:
-            raise ValueError(
+            raise TrainingPlatformError(
                 f"{dialect.name}: the connection names no endpoint for service {request.service!r}"
             )
         base_url = service_urls[request.service]

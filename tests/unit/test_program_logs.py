@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from airflow_training_provider.errors import JobNotFoundError, PlatformAuthError
+from airflow_training_provider.errors import JobNotFoundError, PlatformAuthError, TrainingPlatformError
 from airflow_training_provider.hooks.transport import prepare_request
 from airflow_training_provider.lifecycle.operations import (
     LOG_PAGES_PER_POLL,
@@ -104,7 +104,7 @@ def test_the_log_calls_go_to_the_logs_endpoint_signed_for_the_logs_service():
         D, "https://api.sagemaker.eu-west-1.amazonaws.com", D.get_request("j"), creds, urls
     )
     assert "/eu-west-1/sagemaker/aws4_request" in job_call.headers["Authorization"]
-    with pytest.raises(ValueError, match="no endpoint for service 'logs'"):
+    with pytest.raises(TrainingPlatformError, match="no endpoint for service 'logs'"):
         prepare_request(D, "https://h", D.logs_request(JOB, None), creds)
 
 
