@@ -47,7 +47,7 @@ def job_lines(engine: TrainingEngine, rec: Mapping[str, Any], start: int = 0) ->
     """
     if rec.get("user_code"):
         while True:
-            page = engine.read_log(rec["job_id"], start, READ_CHUNK, platform=rec["platform"])
+            page = engine.read_log(rec["job_id"], start, READ_CHUNK, platform=rec.get("platform"))
             for offset, line in enumerate(page["lines"]):
                 yield LogLine(start + offset, float(line["t"]), str(line["line"]))
             if page["next"] == start:
