@@ -118,3 +118,18 @@ def test_an_unknown_job_is_pais_not_found_error(pai):
         logs(pai, "trainnosuchjob")
     assert caught.value.code == "EntityNotExist.TrainingJob"
     assert caught.value.statusCode == 404
+
+
+def test_a_built_in_trainer_jobs_lines_are_its_events_from_its_start(pai, server):
+    """The same lines SageMaker's CloudWatch stream holds for such a job (``engine/job_log.py``)."""
+    body = request(unique("builtin"), code=False, data_uri="oss://b/iris/", epochs=2, seconds_per_epoch=0.1)
+    job_id = pai.create_training_job(body).body.training_job_id
+    assert wait(pai, job_id, ended).status == "Succeed"
+    record = LocalPlatformControl(server.url).job(job_id)
+    assert record["program"] is None  # the built-in trainer, not user code
+    events = [
+        e["message"] for e in record["events"] if e["created_at"] >= record["started_at"] and e["message"]
+    ]
+    lines = logs(pai, job_id).logs
+    assert lines == events and "Training complete" in lines
+    assert any(line.startswith("Epoch 2 complete: val_accuracy=") for line in lines)
