@@ -20,7 +20,7 @@ from alibabacloud_paistudio20220112 import models
 from alibabacloud_paistudio20220112.client import Client
 
 from airflow_training_platform.control import LocalPlatformControl
-from airflow_training_platform.engine.programs import read_log
+from airflow_training_platform.engine.programs import cuda_device_count, read_log
 from airflow_training_platform.server import LocalPlatformServer
 from tests.conftest import PAI_WORKSPACE_ID, server_options
 from tests.local_platform.test_pai_api import client
@@ -166,6 +166,7 @@ def test_a_code_dir_job_runs_the_users_script_by_pais_contract(pai, control, ser
     assert json.loads(env["PAI_HPS"]) == {"epochs": "3", "lr": "0.5"}
     assert env["PAI_HPS_EPOCHS"] == "3" and env["PAI_HPS_LR"] == "0.5"
     assert env["PAI_USER_ARGS"] == "--epochs 3 --lr 0.5" and env["MY_SETTING"] == "mine"
+    assert env["NPROC_PER_NODE"] == str(max(1, cuda_device_count()))  # PAI's GPUs per node
     assert record["program"]["argv"][4:] == PAI_COMMAND  # under the container init
     # the metrics: MetricDefinitions over the output, served as PAI serves metrics
     last = [line for line in record["logs"] if line.startswith("epoch=3 ")][0]

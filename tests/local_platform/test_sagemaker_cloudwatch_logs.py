@@ -275,6 +275,8 @@ class OneJobEngine:
         self.lines = lines
         self.rec = {
             "job_id": "big",
+            "platform": "sagemaker",
+            "user_code": True,
             "started_at": 1000.0,
             "request": {"HyperParameters": script_hyperparameters()},
         }
@@ -295,7 +297,7 @@ def test_a_page_holds_at_most_1_mb_and_an_oversized_line_goes_alone():
 
     kb300, mb2 = "x" * 300_000, "y" * 2_000_000
     engine = OneJobEngine([(1000.0 + i, text) for i, text in enumerate([kb300] * 4 + [mb2, "", "end"])])
-    logs = CloudWatchLogs(engine, "us-east-1", {})
+    logs = CloudWatchLogs(engine, "us-east-1")
     stream = {"logGroupName": GROUP, "logStreamName": "big/algo-1-1000"}
     sizes, token = [], None
     while True:

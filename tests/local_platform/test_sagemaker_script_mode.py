@@ -7,6 +7,7 @@ The code and the data are written straight under the server's S3 root (``<data_d
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import sys
@@ -224,6 +225,36 @@ def test_a_stop_sigterms_the_process_group_and_the_final_checkpoint_resumes_the_
     assert f"resumed from epoch {stopped_at}" in control.job(second)["logs"]
     seen = members(Path(server.data_dir) / "s3" / "out" / "models" / second / "output" / "model.tar.gz")
     assert json.loads(seen["seen.json"])["start_epoch"] == stopped_at + 1
+
+
+def test_a_shell_entry_point_survives_the_stop_until_its_program_saved(sm, control, server):
+    """``sagemaker_program: train.sh`` runs as ``/bin/sh -c ./train.sh …``: both shells die of the
+    stop's SIGTERM at once; the container init keeps the job alive until ``train.py`` (their child)
+    has written its checkpoint and exited, instead of SIGKILLing it as the main process ends."""
+    code = Path(server.data_dir) / "s3" / "code" / "sh"
+    code.mkdir(parents=True, exist_ok=True)
+    entry = b'#!/bin/sh\necho "shell entry point: $*"\npython train.py "$@"\necho "train.py exited"\n'
+    with tarfile.open(code / "sourcedir.tar.gz", "w:gz") as tar:
+        tar.add(SCRIPT, arcname="train.py")
+        info = tarfile.TarInfo("train.sh")
+        info.size, info.mode = len(entry), 0o755
+        tar.addfile(info, io.BytesIO(entry))
+    name = unique("sh-stop")
+    body = script_job(name, epochs=100, seconds_per_epoch=0.3)
+    body["HyperParameters"].update(
+        sagemaker_program=json.dumps("train.sh"),
+        sagemaker_submit_directory=json.dumps("s3://code/sh/sourcedir.tar.gz"),
+    )
+    sm.create_training_job(**body)
+    wait_for_line(control, name, "epoch=1 ")
+    sm.stop_training_job(TrainingJobName=name)
+    assert wait(sm, name, ended)["TrainingJobStatus"] == "Stopped"
+    record = control.job(name)
+    assert record["cancel"]["final_checkpoint_written"] is True, record["logs"]
+    assert record["program"]["final_checkpoints"] == ["checkpoint.json"]
+    assert record["program"]["killed_after_grace"] is False
+    assert any(line.startswith("SIGTERM: checkpoint of epoch ") for line in record["logs"])
+    assert record["logs"][0] == "shell entry point: --epochs 100 --lr 0.5 --seconds_per_epoch 0.3"
 
 
 def test_a_script_that_ignores_sigterm_is_killed_after_the_grace_without_a_final_checkpoint(sm, control):

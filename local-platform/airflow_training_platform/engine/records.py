@@ -302,8 +302,9 @@ class JobRecord:
         deleted_checkpoints, final_checkpoint_id, logs, events, error, cancel, cancel_requests, pid,
         returncode, job_dir, resume_from, resume_path, request, program (a user program job: its argv, cwd,
         environment variable names, paths, metric definitions, and once it ended ``stop_signal_at``,
-        ``killed_after_grace``, ``final_checkpoints``; ``None`` for the built-in trainer), plus the
-        engine's ``computed`` keys."""
+        ``killed_after_grace``, ``final_checkpoints``; ``None`` for the built-in trainer and before the
+        program is prepared), user_code (bool: the spec names a user program, from the submit on), plus
+        the engine's ``computed`` keys."""
         return copy.deepcopy(
             {
                 "job_id": self.job_id,
@@ -343,6 +344,7 @@ class JobRecord:
                 "resume_path": self.resume_path,
                 "request": self.spec.request,
                 "program": self.program,
+                "user_code": self.spec.program is not None,
                 **computed,
             }
         )

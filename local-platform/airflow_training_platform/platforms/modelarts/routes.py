@@ -4,17 +4,23 @@ every request checked against its SDK-HMAC-SHA256 signature or IAM token (:mod:`
 ``POST /v2/{project_id}/training-jobs`` (create, 201), ``GET …/training-jobs/{id}`` (show; 404 for an
 unknown one), ``POST …/training-jobs/{id}/actions`` (``{"action_type": "terminate"}``, 202; 400 for
 a job that has ended), ``DELETE …/training-jobs/{id}`` (202), ``POST …/training-job-searches``
-(search) and ``GET …/training-jobs/{id}/events``. A job belongs to the project it was created in.
+(search), ``GET …/training-jobs/{id}/events`` and a task's logs (:mod:`.logs`:
+``GET …/training-jobs/{id}/tasks/{task_id}/logs/preview``, ``…/logs/url`` and the file it links to,
+``GET …/training-jobs/{id}/logs/{task_id}``). A job belongs to the project it was created in.
 With ``--allow-user-code`` a create naming the user's code runs it (:mod:`.user_code`).
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
+import secrets
+import time
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from airflow_training_platform.engine import (
     USER_CODE_REFUSED,
@@ -24,10 +30,14 @@ from airflow_training_platform.engine import (
     TrainingEngine,
 )
 from airflow_training_platform.errors import ApiError
-from airflow_training_platform.platforms.modelarts import user_code, wire
+from airflow_training_platform.platforms.modelarts import logs, user_code, wire
 from airflow_training_platform.platforms.modelarts.signing import verify
 
 ROOT = "/v2/{project_id}"
+TASK_LOGS = ROOT + "/training-jobs/{job_id}/tasks/{task_id}/logs"
+
+LOG_URL_SECONDS = 3600
+"""How long a ``…/logs/url`` link stays valid (s); Huawei calls it temporary without a number."""
 
 
 def build_router(
@@ -45,6 +55,10 @@ def build_router(
     (``image_commands``: ``engine.image_url`` → local command), else refuse them."""
     images = dict(image_commands or {})
     router = APIRouter(tags=["modelarts"])
+    link_key = secrets.token_bytes(32)  # signs the log links of this server's life, like a presigned URL
+
+    def link_signature(path: str, expires: int) -> str:
+        return hmac.new(link_key, f"{path}\n{expires}".encode(), hashlib.sha256).hexdigest()
 
     async def checked(request: Request) -> bytes:
         body = await request.body()
@@ -150,7 +164,52 @@ def build_router(
             }  # fmt: skip
         )
 
+    @router.get(TASK_LOGS + "/preview")
+    async def log_preview(request: Request, project_id: str, job_id: str, task_id: str) -> JSONResponse:
+        await checked(request)
+        lines = logs.task_lines(engine, record(project_id, job_id), task_id)
+        return JSONResponse(logs.preview(logs.log_text(lines)))
+
+    @router.get(TASK_LOGS + "/url")
+    async def log_url(request: Request, project_id: str, job_id: str, task_id: str) -> JSONResponse:
+        await checked(request)
+        logs.task_lines(engine, record(project_id, job_id), task_id)  # the job and task exist
+        path = _log_file_path(project_id, job_id, task_id)
+        expires = int(time.time()) + LOG_URL_SECONDS
+        base = str(request.base_url).rstrip("/")
+        query = f"Expires={expires}&Signature={link_signature(path, expires)}"
+        return JSONResponse({"obs_url": f"{base}{path}?{query}"})
+
+    @router.get(TASK_LOGS + "/file/{file_name}")
+    async def log_file(
+        request: Request, project_id: str, job_id: str, task_id: str, file_name: str
+    ) -> Response:
+        # the link is its own credential (no request signature), valid until Expires
+        q = request.query_params
+        expires = _int(q.get("Expires"), "Expires", 0, 0)
+        wanted = link_signature(_log_file_path(project_id, job_id, task_id), expires)
+        if expires < time.time() or not hmac.compare_digest(wanted, q.get("Signature") or ""):
+            raise ApiError(403, "ModelArts.0203", "The log link is invalid or has expired.")
+        if file_name != logs.log_file_name(job_id, task_id):
+            raise wire.bad("file_name", f"'{file_name}' is not the log of task {task_id}")
+        lines = logs.task_lines(engine, record(project_id, job_id), task_id)
+        return PlainTextResponse(logs.log_text(lines))
+
+    @router.get(ROOT + "/training-jobs/{job_id}/logs/{task_id}")
+    async def aom_lines(request: Request, project_id: str, job_id: str, task_id: str) -> JSONResponse:
+        await checked(request)
+        lines = logs.task_lines(engine, record(project_id, job_id), task_id)
+        q = request.query_params
+        count = _int(q.get("lines"), "lines", logs.AOM_LINES_DEFAULT, 1)
+        return JSONResponse(logs.aom_lines(lines, q.get("base_line"), count, q.get("order") or "desc"))
+
     return router
+
+
+def _log_file_path(project_id: str, job_id: str, task_id: str) -> str:
+    """Where the local platform serves a task's whole log (the ``…/logs/url`` link's path)."""
+    name = logs.log_file_name(job_id, task_id)
+    return f"/v2/{project_id}/training-jobs/{job_id}/tasks/{task_id}/logs/file/{name}"
 
 
 def _project(rec: dict[str, Any]) -> str | None:

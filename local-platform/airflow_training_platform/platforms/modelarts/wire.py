@@ -56,6 +56,10 @@ _PHASE = {
     "failed": ("Failed", "Failed"),
     "cancelled": ("Terminated", "Terminated"),
 }
+TASKS = ("worker-0",)
+"""``status.tasks``: a local job runs one task (one node, ``VC_TASK_INDEX=0``); its logs are
+read by this id."""
+
 ALIVE = ("pending", "queued", "starting", "running", "finalizing")
 
 
@@ -194,19 +198,19 @@ def job_to_wire(rec: dict[str, Any]) -> dict[str, Any]:
         "secondary_phase": secondary,
         "duration": int(math.ceil(rec["cost"]["wall_seconds"] * 1000)),
         "start_time": int(started * 1000) if started else 0,
-        "tasks": ["worker-0"],
+        "tasks": list(TASKS),
     }
     if rec["state"] == "failed":
         status["task_statuses"] = [
             {
-                "task": "worker-0",
+                "task": TASKS[0],
                 "exit_code": _exit_code(rec),
                 "message": rec.get("error") or "training failed",
             }
         ]
     elif rec["state"] in ("succeeded", "cancelled"):
         status["task_statuses"] = [
-            {"task": "worker-0", "exit_code": 0 if rec["state"] == "succeeded" else 143, "message": ""}
+            {"task": TASKS[0], "exit_code": 0 if rec["state"] == "succeeded" else 143, "message": ""}
         ]
     resource = ((req.get("spec") or {}).get("resource")) or {}
     return {

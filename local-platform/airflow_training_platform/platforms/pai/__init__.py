@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field
 
 from airflow_training_platform.errors import ApiError, request_id
 from airflow_training_platform.platforms.base import AppContext, LocalPlatform, platform_app, secret_setting
+from airflow_training_platform.platforms.pai.logs import INSTANCE_NOT_FOUND
 from airflow_training_platform.platforms.pai.routes import PATH, build_router
 from airflow_training_platform.platforms.pai.user_code import parse_image_commands
 from airflow_training_platform.platforms.pai.wire import PLATFORM as NAME
@@ -43,7 +44,10 @@ _CODES = {
 def render_error(request: Request, err: ApiError) -> JSONResponse:
     """Alibaba OpenAPI errors: ``{"Code", "Message", "RequestId"}``; throttling carries
     ``x-acs-retry-after`` in milliseconds (from a fault's ``Retry-After`` seconds)."""
-    code = err.code if err.code and not err.code.isupper() else _CODES.get(err.status, "InternalError")
+    # the local platform's generic codes (VALIDATION_ERROR, …) become PAI's; PAI's own pass through,
+    # TRAINING_JOB_INSTANCE_NOT_FOUND (upper-case as PAI spells it) among them
+    own = err.code and (not err.code.isupper() or err.code == INSTANCE_NOT_FOUND)
+    code = err.code if own else _CODES.get(err.status, "InternalError")
     headers = {k: v for k, v in err.headers.items() if k.lower() != "retry-after"}
     if (seconds := err.headers.get("Retry-After")) is not None:
         headers["x-acs-retry-after"] = str(int(float(seconds) * 1000))

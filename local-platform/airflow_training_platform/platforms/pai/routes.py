@@ -8,7 +8,8 @@ request checked against its ACS3-HMAC-SHA256 signature (:mod:`.acs3`).
 ``TrainingJobName``, ``WorkspaceId``, ``SortBy``/``Order``, ``PageNumber``/``PageSize``, and
 ``StartTime``/``EndTime`` bounding the creation time, by default the last 7 days as on PAI),
 ``GET …/{id}/events``, ``GET …/{id}/metrics``, ``GET …/{id}/latestmetrics``,
-``GET …/{id}/errorinfo``. Every answer carries a ``RequestId``.
+``GET …/{id}/errorinfo``, ``GET …/{id}/logs`` (ListTrainingJobLogs, :mod:`.logs`). Every answer
+carries a ``RequestId``.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from airflow_training_platform.engine import (
     TrainingEngine,
 )
 from airflow_training_platform.errors import ApiError, request_id
-from airflow_training_platform.platforms.pai import user_code, wire
+from airflow_training_platform.platforms.pai import logs, user_code, wire
 from airflow_training_platform.platforms.pai.acs3 import verify
 
 PATH = "/api/v1/trainingjobs"
@@ -176,6 +177,24 @@ def build_router(
     async def latest_metrics(request: Request, job_id: str) -> JSONResponse:
         await checked(request)
         return answer(request, {"Metrics": wire.job_to_wire(record(job_id))["LatestMetrics"]})
+
+    @router.get(PATH + "/{job_id}/logs")
+    async def list_logs(request: Request, job_id: str) -> JSONResponse:
+        await checked(request)
+        rec = record(job_id)
+        q = request.query_params
+        since = _time(q.get("StartTime"), "StartTime", rec["started_at"]) if q.get("StartTime") else None
+        until = _time(q.get("EndTime"), "EndTime", 0.0) if q.get("EndTime") else None
+        page = logs.list_logs(
+            engine,
+            rec,
+            page=_positive(q.get("PageNumber"), "PageNumber", 1),
+            size=_positive(q.get("PageSize"), "PageSize", logs.PAGE_SIZE),
+            since=since,
+            until=until,
+            instance=q.get("InstanceId") or q.get("WorkerId") or None,
+        )
+        return answer(request, page)
 
     @router.get(PATH + "/{job_id}/errorinfo")
     async def error_info(request: Request, job_id: str) -> JSONResponse:

@@ -56,6 +56,14 @@ def parse_image_commands(entries: list[str] | None) -> dict[str, str]:
     return programs.parse_image_commands(entries, IMAGE_COMMAND_FLAG)
 
 
+def gpus_per_node() -> int:
+    """``NPROC_PER_NODE``, "the number of GPUs of each worker node" in PAI DLC's built-in
+    environment variables (``docs/platforms/pai.md``): the machine's CUDA devices
+    (:func:`.programs.cuda_device_count`), but at least 1 — a CPU machine runs one process, and
+    ``torchrun --nproc_per_node=$NPROC_PER_NODE`` refuses 0."""
+    return max(1, programs.cuda_device_count())
+
+
 def user_args(hyperparameters: dict[str, str]) -> str:
     """``PAI_USER_ARGS``: ``--<name> <value>`` per hyperparameter in request order, each word
     shell-quoted once, joined by spaces (``python train.py $PAI_USER_ARGS``)."""
@@ -127,6 +135,7 @@ class PaiUserCodeJob:
         env["PAI_HPS"] = json.dumps(self.hyperparameters)
         env.update({f"PAI_HPS_{env_name(k)}": v for k, v in self.hyperparameters.items()})
         env["PAI_USER_ARGS"] = user_args(self.hyperparameters)
+        env["NPROC_PER_NODE"] = str(gpus_per_node())
         argv = shlex.split(self.image_command) if self.image_command else command_argv(self.command)
         return Program(
             argv=wrapped(argv),  # under a container init: a shell command survives a stop's SIGTERM

@@ -11,7 +11,8 @@ tells these requests apart from SageMaker's, which share ``POST /``); errors
 
 * **Streams.** A SageMaker job has one stream, ``<job>/algo-1-<epoch seconds of its start>`` (the
   pattern AWS's own samples show; one host, ``algo-1``, as :mod:`.script_mode` runs), from the
-  moment the engine starts it (``started_at``). Its events are:
+  moment the engine starts it (``started_at``). Its events are the job's log lines
+  (:mod:`airflow_training_platform.engine.job_log`, shared with PAI's and ModelArts' log APIs):
 
   - a user-code job (:mod:`.script_mode`): the program's stdout and stderr lines, read from its log
     file (``TrainingEngine.read_log``), each at the time it was written; empty lines are left out
@@ -36,8 +37,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_training_platform.engine import JobNotFound, TrainingEngine
+from airflow_training_platform.engine.job_log import job_lines
 from airflow_training_platform.errors import ApiError
-from airflow_training_platform.platforms.sagemaker import script_mode, wire
+from airflow_training_platform.platforms.sagemaker import wire
 
 TARGET_PREFIX = "Logs_20140328."
 """``X-Amz-Target`` of every CloudWatch Logs operation (``Logs_20140328.GetLogEvents``)."""
@@ -61,7 +63,6 @@ EVENT_OVERHEAD_BYTES = 26
 """What an event counts beyond its message's UTF-8 bytes (API reference, ``PutLogEvents``: "the sum
 of all event messages in UTF-8, plus 26 bytes for each log event")."""
 
-_READ_CHUNK = 10_000  # program log lines read per engine call
 _TOKEN = re.compile(r"^([fb])/(\d{1,20})$")
 _GROUP_GONE = "The specified log group does not exist."
 _STREAM_GONE = "The specified log stream does not exist."
@@ -120,13 +121,11 @@ class Window:
 
 
 class CloudWatchLogs:
-    """The two operations over ``engine``'s SageMaker jobs; ``image_commands`` (``TrainingImage`` →
-    command) tells user-code jobs apart as :func:`.script_mode.is_user_code` does at create."""
+    """The two operations over ``engine``'s SageMaker jobs in ``region`` (for the ARNs)."""
 
-    def __init__(self, engine: TrainingEngine, region: str, image_commands: Mapping[str, str]):
+    def __init__(self, engine: TrainingEngine, region: str):
         self.engine = engine
         self.region = region
-        self.images = dict(image_commands)
 
     @property
     def operations(self) -> dict[str, Callable[[dict[str, Any]], dict[str, Any]]]:
@@ -268,22 +267,11 @@ class CloudWatchLogs:
 
     # ----------------------------------------------------------------------------- the job's events
     def _events(self, rec: Mapping[str, Any], start: int) -> Iterator[LogEvent]:
-        """The stream's events from index ``start`` on, as they are now."""
-        if script_mode.is_user_code(rec.get("request") or {}, self.images):
-            while True:
-                page = self.engine.read_log(rec["job_id"], start, _READ_CHUNK, platform=wire.PLATFORM)
-                for offset, line in enumerate(page["lines"]):
-                    if line["line"].strip():
-                        yield LogEvent(start + offset, millis(line["t"]), line["line"])
-                if page["next"] == start:
-                    return
-                start = page["next"]
-        started = rec["started_at"]
-        since_start = [e for e in rec.get("events") or [] if e["created_at"] >= started]
-        for index in range(start, len(since_start)):
-            event = since_start[index]
-            if event.get("message"):
-                yield LogEvent(index, millis(event["created_at"]), str(event["message"]))
+        """The stream's events from index ``start`` on, as they are now: the job's lines
+        (:func:`.job_log.job_lines`) less the empty ones, which CloudWatch Logs cannot hold."""
+        for line in job_lines(self.engine, rec, start):
+            if line.text.strip():
+                yield LogEvent(line.index, millis(line.at), line.text)
 
     def _job(self, name: str) -> dict[str, Any]:
         """The job whose stream is ``name``. :raises ApiError: ``ResourceNotFoundException``."""

@@ -57,7 +57,7 @@ def build_router(
     (``image_commands``: ``TrainingImage`` → local command), else refuse them."""
     images = dict(image_commands or {})
     router = APIRouter(tags=["sagemaker"])
-    logs = cloudwatch_logs.CloudWatchLogs(engine, region, images).operations
+    logs = cloudwatch_logs.CloudWatchLogs(engine, region).operations
 
     def record(name: Any) -> dict[str, Any]:
         try:

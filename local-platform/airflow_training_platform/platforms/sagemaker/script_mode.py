@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_training_platform.engine import programs
+from airflow_training_platform.engine.container_init import wrapped
 from airflow_training_platform.engine.program_files import copy_files_out, copy_in
 from airflow_training_platform.engine.programs import MetricDefinition, Program, ProgramExit
 from airflow_training_platform.platforms.sagemaker.wire import bad, s3_path
@@ -227,7 +228,10 @@ class ScriptModeJob:
             return [self.python, entry, *args]
         path = os.path.join(code_dir, entry)  # *.sh and anything else: run by the shell
         os.chmod(path, os.stat(path).st_mode | stat.S_IXUSR)
-        return ["/bin/sh", "-c", " ".join([f"./{shlex.quote(entry)}", *map(shlex.quote, args)])]
+        command = ["/bin/sh", "-c", " ".join([f"./{shlex.quote(entry)}", *map(shlex.quote, args)])]
+        # under a container init, as PAI's shell commands: the shells die of the stop's SIGTERM at
+        # once, the init keeps the job alive until the program they started has saved and exited
+        return wrapped(command)
 
     def _environment(
         self,
