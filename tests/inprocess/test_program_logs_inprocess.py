@@ -1,5 +1,5 @@
 """``stream_logs=True`` in this process against a local platform that runs the user's own program
-(SageMaker script mode): every line the program printed lands in the task log once and in order,
+(SageMaker script mode, PAI ``Command`` + ``CodeDir``, ModelArts ``code_dir`` + ``boot_file``): every line the program printed lands in the task log once and in order,
 deferred and on the worker, the last ones (a traceback) too; a trigger stopped mid-stream and
 started again from its kwargs and the saved XCom cursor (a triggerer restart) writes no line twice
 and loses none; a secret the program prints shows as ``***`` in what the trigger writes."""
@@ -44,14 +44,26 @@ def user_code_platform(tmp_path_factory):
         code.mkdir(parents=True, exist_ok=True)
         with tarfile.open(code / "sourcedir.tar.gz", "w:gz") as tar:
             tar.add(PROGRAM, arcname="print_lines.py")
+        for store, where in (
+            ("oss", "code/logs-pai"),
+            ("obs", "code/logs-ma"),
+        ):  # PAI CodeDir, ModelArts code_dir
+            (Path(server.data_dir) / store / where).mkdir(parents=True, exist_ok=True)
+            (Path(server.data_dir) / store / where / PROGRAM.name).write_bytes(PROGRAM.read_bytes())
         yield server
 
 
 @pytest.fixture(autouse=True)
 def connections(user_code_platform, monkeypatch):
-    monkeypatch.setenv(
-        f"AIRFLOW_CONN_{CONN_ID.upper()}", LOCAL_FIXTURES["aws"].connection_json(user_code_platform.url)
-    )
+    for conn_type, conn_id in (
+        ("aws", CONN_ID),
+        ("pai", "pai_program_logs"),
+        ("modelarts", "ma_program_logs"),
+    ):
+        monkeypatch.setenv(
+            f"AIRFLOW_CONN_{conn_id.upper()}",
+            LOCAL_FIXTURES[conn_type].connection_json(user_code_platform.url),
+        )
     monkeypatch.setenv(
         f"AIRFLOW_CONN_{SECRET_CONN.upper()}", json.dumps({"conn_type": "generic", "password": PASSWORD})
     )
@@ -96,6 +108,48 @@ def operator(*, deferrable: bool, fail: bool = False) -> SubmitTrainingJobOperat
     )
 
 
+def environment(fail: bool) -> dict:
+    return {
+        "LINES": str(LINES),
+        "BURST_SECONDS": "0.25",
+        "FAIL": "1" if fail else "0",
+        "DB_PASSWORD": connection_secret(SECRET_CONN),
+    }
+
+
+def other_platform(conn_type: str, fail: bool) -> SubmitTrainingJobOperator:
+    """The same program as a PAI ``Command`` + ``CodeDir`` job or a ModelArts ``code_dir`` +
+    ``boot_file`` job."""
+    if conn_type == "pai":
+        conn_id = "pai_program_logs"
+        spec = {
+            "AlgorithmSpec": {
+                "Image": "dsw-registry.cn-hangzhou.cr.aliyuncs.com/pai/pytorch-training:2.1-cpu-py310",
+                "Command": ["sh", "-c", f"python {PROGRAM.name}"],
+                "JobType": "PyTorchJob",
+            },
+            "CodeDir": {"LocationType": "oss", "LocationValue": {"Bucket": "code", "Key": "logs-pai/"}},
+            "ComputeResource": {"EcsSpec": "ecs.c6.large", "EcsCount": 1},
+            "Environments": environment(fail),
+        }
+    else:
+        conn_id = "ma_program_logs"
+        spec = {
+            "kind": "job",
+            "metadata": {"name": "print-lines"},
+            "algorithm": {
+                "code_dir": "/code/logs-ma/",
+                "boot_file": f"/code/logs-ma/{PROGRAM.name}",
+                "engine": {"engine_name": "PyTorch", "engine_version": "pytorch_2.1.0-cuda_12.1-py_3.10"},
+                "environments": environment(fail),
+            },
+            "spec": {"resource": {"flavor_id": "modelarts.vm.cpu.2u", "node_count": 1}},
+        }
+    return SubmitTrainingJobOperator(
+        task_id="train", conn_id=conn_id, spec=spec, deferrable=True, poll_interval=0.3, stream_logs=True
+    )
+
+
 def program_lines(text: str) -> list[str]:
     """The ``[program]`` lines of a captured task log, without the prefix and the log's decorations."""
     found = [
@@ -118,6 +172,17 @@ def test_every_program_line_lands_in_the_task_log_once_in_order(deferrable, capf
     )
     lines = program_lines(out + err) or program_lines(logged)
     assert lines == expected(fail=True)
+    assert PASSWORD not in out + err + caplog.text
+
+
+@pytest.mark.parametrize("conn_type", ["pai", "modelarts"])
+def test_pai_and_modelarts_jobs_stream_their_programs_lines_too(conn_type, capfd, caplog):
+    op = other_platform(conn_type, fail=True)
+    ctx = task_context(op, run_id=f"program-logs-{conn_type}-{uuid.uuid4().hex[:6]}")
+    with InMemoryAirflow().installed(), pytest.raises(Exception, match="failed|Failed"):
+        run_task(op, ctx)
+    out, err = capfd.readouterr()
+    assert program_lines(out + err) == expected(fail=True)
     assert PASSWORD not in out + err + caplog.text
 
 
