@@ -350,6 +350,7 @@ class TrainingJobTaskMixin(_Host):
             job=job,
             seen_at=datetime.now(UTC),
             try_number=try_number if isinstance(try_number, int) else None,
+            secret_references=self.program_secret_references(),
         )
         value = ref.model_dump(mode="json")
         ti.xcom_push(key=JOB_REF_XCOM_KEY, value=value)

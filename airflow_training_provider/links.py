@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from airflow.sdk import BaseOperatorLink
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from airflow_training_provider.models import TrainingJob
 
@@ -45,6 +45,9 @@ class JobReference(BaseModel):
     :ivar seen_at: when ``job`` was seen (UTC).
     :ivar try_number: the try that published this reference (a try that re-attached to an earlier
         try's job publishes that job under its own number).
+    :ivar secret_references: the spec's secret references (``{"conn_id", "field"}`` or
+        ``{"variable"}``: names, never values), so that whoever shows the program's log lines (the
+        UI) masks the values the program may print.
     """
 
     conn_id: str
@@ -54,6 +57,7 @@ class JobReference(BaseModel):
     job: TrainingJob | None = None
     seen_at: datetime | None = None
     try_number: int | None = None
+    secret_references: list[dict[str, str]] = Field(default_factory=list)
 
 
 class TrainingJobConsoleLink(BaseOperatorLink):

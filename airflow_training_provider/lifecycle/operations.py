@@ -511,14 +511,18 @@ class JobOperations:
             job = events = None  # not kept while sleeping: thousands of triggers wait at once
             yield Sleep(interval if deadline is None else max(0.0, min(interval, deadline - now)))
 
-    def follow_log(self, job: TrainingJob, logs: LogFollow, pages: int) -> Operation[None]:
+    def follow_log(self, job: TrainingJob, logs: LogFollow, pages: int) -> Operation[bool]:
         """Read up to ``pages`` pages of ``job``'s program log from ``logs.cursor`` and report the
         new lines at once (:class:`NewLogLines`: one report, one cursor save), ``logs.cursor`` then
         after them. An auxiliary read: a page that is refused, malformed or "not there yet" ends
         the read with what was read before it and the cursor kept there (warned once per job,
-        "not there yet" not at all); it never fails the wait nor counts against its outage budget."""
+        "not there yet" not at all); it never fails the wait nor counts against its outage budget.
+
+        :returns: whether the read stopped at the end of what is readable now (``False``: the
+            ``pages`` ran out with more to read)."""
         if not self.dialect.capabilities.program_logs:
-            return
+            return True
+        complete = True
         lines: list[str] = []
         at = logs.cursor
         for _ in range(pages):
@@ -533,9 +537,12 @@ class JobOperations:
             at = page.cursor
             if not page.more:
                 break
+        else:
+            complete = False
         if lines or at != logs.cursor:
             yield NewLogLines(tuple(lines), at)
             logs.cursor = at
+        return complete
 
     def _guard(self, job: TrainingJob, watch: GuardWatch, interval: float) -> Operation[GuardStop | None]:
         """Ask the guards about running ``job``, reading what they need that a poll does not give:

@@ -132,7 +132,8 @@ class TrainingJobSensor(TrainingJobTaskMixin, BaseSensorOperator):
             self.publish_job(context, job)
         if self._logs is not None:
             pages = LOG_PAGES_AT_END if job.is_terminal else LOG_PAGES_PER_POLL
-            self.hook.drive(self.hook.ops.follow_log(job, self._logs, pages), self._report)
+            self._ops = getattr(self, "_ops", None) or self.hook.ops  # one: it warns once per job
+            self.hook.drive(self._ops.follow_log(job, self._logs, pages), self._report)
         self._report.progress(job)
         if not job.is_terminal:
             return PokeReturnValue(is_done=False)

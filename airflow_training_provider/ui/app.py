@@ -29,7 +29,7 @@ from fastapi.staticfiles import StaticFiles
 from airflow_training_provider.links import JobReference
 from airflow_training_provider.models import TrainingJob
 from airflow_training_provider.ui.tries import read_task_instance
-from airflow_training_provider.ui.view import TrainingJobView, TrySummary, build_view
+from airflow_training_provider.ui.view import ProgramLog, TrainingJobView, TrySummary, build_view, program_log
 
 STATIC = Path(__file__).parent / "static"
 #: seconds one platform answer is reused (several open tabs, quick refreshes).
@@ -37,8 +37,14 @@ PLATFORM_CACHE_SECONDS = 3.0
 #: seconds allowed for one platform call from the API server (the page falls back to XCom after).
 PLATFORM_CALL_TIMEOUT = 4.0
 
+#: pages of a job's program log one view reads, from its start (the last lines read are shown)
+PROGRAM_LOG_PAGES = 5
+#: seconds an ended job's program log is reused (it no longer changes)
+ENDED_LOG_CACHE_SECONDS = 60.0
+
 _cache: dict[tuple[str, str], tuple[float, TrainingJob | None, str | None]] = {}
 _cache_lock = threading.Lock()
+_log_cache: dict[tuple[str, str], tuple[float, float, ProgramLog | None]] = {}
 
 
 def map_index_param(map_index: Annotated[str, Query()] = "-1") -> int:
@@ -89,6 +95,52 @@ def ask_platform(ref: JobReference) -> tuple[TrainingJob | None, str | None]:
     return job, error
 
 
+def ask_program_log(ref: JobReference, job: TrainingJob | None) -> ProgramLog | None:
+    """The job's program log from its platform (the same read as ``stream_logs``: up to
+    :data:`PROGRAM_LOG_PAGES` pages from the start, the last lines kept), masked against the
+    secrets the try's spec named (``ref.secret_references``, resolved here) and cut as the task log
+    cuts them; cached. ``None``: no job, or the platform serves no program log."""
+    from airflow_training_provider.hooks.training import TrainingPlatformHook
+    from airflow_training_provider.hooks.transport import RetryPolicy
+    from airflow_training_provider.lifecycle.operations import LogFollow, NewLogLines
+    from airflow_training_provider.program_logs import resolve_secrets, shown
+
+    if job is None:
+        return None
+    key = (ref.conn_id, ref.job_id)
+    with _cache_lock:
+        hit = _log_cache.get(key)
+        if hit is not None and time.monotonic() - hit[0] < hit[1]:
+            return hit[2]
+    keep = ENDED_LOG_CACHE_SECONDS if job.is_terminal else PLATFORM_CACHE_SECONDS
+    try:
+        hook = TrainingPlatformHook(
+            ref.conn_id, RetryPolicy(call_timeout=PLATFORM_CALL_TIMEOUT, max_attempts=1)
+        )
+        if not hook.dialect.capabilities.program_logs:
+            log: ProgramLog | None = None
+        else:
+            try:
+                secrets = resolve_secrets(ref.secret_references)
+            except Exception as exc:  # noqa: BLE001 - no line rather than one showing a secret
+                log = program_log(
+                    [], True, f"Not shown: the spec's secrets could not be resolved here ({exc})"[:300]
+                )
+            else:
+                read: list[str] = []
+                report = lambda step: read.extend(step.lines) if isinstance(step, NewLogLines) else None  # noqa: E731
+                complete = hook.drive(hook.ops.follow_log(job, LogFollow(), PROGRAM_LOG_PAGES), report)
+                log = program_log([shown(secrets.mask(line)) for line in read], complete)
+    except Exception as exc:  # noqa: BLE001 - the rest of the view still shows
+        log, keep = (
+            program_log([], True, f"Not readable: {type(exc).__name__}: {exc}"[:300]),
+            PLATFORM_CACHE_SECONDS,
+        )
+    with _cache_lock:
+        _log_cache[key] = (time.monotonic(), keep, log)
+    return log
+
+
 def training_job_view(
     dag_id: str, run_id: str, task_id: str, map_index: int, try_number: int | None = None
 ) -> TrainingJobView:
@@ -126,6 +178,7 @@ def training_job_view(
         try_number=shown.try_number if shown is not None else try_number,
         tries=tries,
         current_try=current,
+        program_log=ask_program_log(ref, platform_job or ref.job) if ref is not None else None,
     )
 
 

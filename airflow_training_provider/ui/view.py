@@ -49,10 +49,31 @@ class TrySummary(BaseModel):
 
 
 class ProgramLog(BaseModel):
-    """The training program's own log lines (what it printed on the platform). A later change fills
-    it; until then the view's ``program_log`` is ``None`` and the page shows no such section."""
+    """The training program's own log lines (what it printed on the platform), as the task log
+    shows them (masked, long lines cut): the last :data:`PROGRAM_LOG_LINES` of what one read of the
+    platform's log gave.
+
+    :ivar lines: the lines, oldest first.
+    :ivar earlier: lines read before those shown (left out).
+    :ivar complete: the read reached the end of the log; ``False``: the log is longer than one read
+        (``PROGRAM_LOG_PAGES`` pages), the lines shown are not its last ones.
+    :ivar note: why there are no lines (not readable, secrets not resolvable), if that is known.
+    """
 
     lines: list[str] = Field(default_factory=list)
+    earlier: int = 0
+    complete: bool = True
+    note: str | None = None
+
+
+#: program log lines the view shows at most (the last ones read)
+PROGRAM_LOG_LINES = 200
+
+
+def program_log(lines: list[str], complete: bool, note: str | None = None) -> ProgramLog:
+    """The view's program log from the lines one read gave: the last :data:`PROGRAM_LOG_LINES`."""
+    shown = lines[-PROGRAM_LOG_LINES:]
+    return ProgramLog(lines=shown, earlier=len(lines) - len(shown), complete=complete, note=note)
 
 
 class TrainingJobView(BaseModel):
@@ -75,7 +96,8 @@ class TrainingJobView(BaseModel):
     :ivar final_checkpoint_id: the checkpoint the job ended with (written on cancel or completion).
     :ivar best_checkpoint_id: the platform's ``best`` checkpoint, else the one with the lowest
         validation loss (or loss).
-    :ivar program_log: the training program's log lines: ``None`` until a later change reads them.
+    :ivar program_log: the training program's last log lines (platforms whose API serves them:
+        ``Capabilities.program_logs``); ``None``: the platform has none, or no job yet.
     """
 
     kind: Literal["training", "waiting", "not_training"]
@@ -163,6 +185,7 @@ def build_view(
     try_number: int | None = None,
     tries: list[TrySummary] | None = None,
     current_try: bool = True,
+    program_log: ProgramLog | None = None,
 ) -> TrainingJobView:
     """The view of one try of one task instance.
 
@@ -174,6 +197,7 @@ def build_view(
     :param try_number: the try shown; ``tries``: every try, for the picker.
     :param current_try: the try shown is the task instance's current one (an earlier try's state is
         history: only its job, while not ended, keeps the page refreshing).
+    :param program_log: the job's program log as read just now (``None``: not read).
     """
     where = {
         "dag_id": dag_id,
@@ -223,6 +247,7 @@ def build_view(
         best_checkpoint_id=(
             best.id if job is not None and (best := best_checkpoint(job.checkpoints)) else None
         ),
+        program_log=program_log,
         **where,
     )
 

@@ -272,3 +272,17 @@ def test_a_platform_without_program_logs_says_so_once_and_the_task_succeeds(cont
     assert result["state"] == "succeeded" and len(notes) == 1
     assert "tensorone does not serve its training program's output through its API" in notes[0]
     assert "[program]" not in out + err
+
+
+def test_the_training_job_tab_shows_the_last_program_lines_masked(capfd):
+    from airflow_training_provider.links import JobReference
+    from airflow_training_provider.ui.app import ask_program_log
+
+    op = operator(deferrable=False)
+    ctx = task_context(op, run_id=f"program-logs-ui-{uuid.uuid4().hex[:6]}")
+    run_task(op, ctx)
+    ref = JobReference.model_validate(ctx["ti"].xcoms["training_job"])
+    assert ref.secret_references == [{"conn_id": SECRET_CONN}], "names only, for the view to mask"
+    capfd.readouterr()
+    log = ask_program_log(ref, ref.job)
+    assert log is not None and log.lines == expected() and log.complete and log.earlier == 0

@@ -157,7 +157,8 @@ LINES = [f"l{i}" for i in range(30)]
 def follow(
     answer, cursor: str | None = None, pages: int = LOG_PAGES_PER_POLL, ops: JobOperations | None = None
 ):
-    """Drive one follow; ``answer(request)`` gives a page body or an exception. → (reports, follow)."""
+    """Drive one follow; ``answer(request)`` gives a page body or an exception.
+    → (reports, follow, whether it read to the end)."""
     ops = ops or JobOperations(Paged(), "http://h")
     logs = LogFollow(cursor)
     operation = ops.follow_log(JOB, logs, pages)
@@ -165,7 +166,7 @@ def follow(
     while True:
         done, step = advance(operation, reply, error)
         if done:
-            return reports, logs
+            return reports, logs, step
         reply = error = None
         if isinstance(step, ApiRequest):
             got = answer(step)
@@ -183,10 +184,10 @@ def pages_of(request: ApiRequest) -> dict:
 
 
 def test_a_poll_reads_a_bounded_number_of_pages_and_reports_them_at_once():
-    reports, logs = follow(pages_of)
-    assert reports == [NewLogLines(tuple(LINES[:10]), "10")] and logs.cursor == "10"
-    reports, logs = follow(pages_of, logs.cursor, pages=50)
-    assert reports == [NewLogLines(tuple(LINES[10:]), "30")], "the rest, from the cursor on"
+    reports, logs, complete = follow(pages_of)
+    assert reports == [NewLogLines(tuple(LINES[:10]), "10")] and logs.cursor == "10" and not complete
+    reports, logs, complete = follow(pages_of, logs.cursor, pages=50)
+    assert reports == [NewLogLines(tuple(LINES[10:]), "30")] and complete, "the rest, from the cursor on"
     assert follow(pages_of, "30")[0] == [], "nothing new: no report"
 
 
@@ -194,8 +195,8 @@ def test_a_failed_page_keeps_what_was_read_before_it_and_warns_once(caplog):
     ops = JobOperations(Paged(), "http://h")
     refused = lambda r: pages_of(r) if r.params["from"] < 4 else PlatformAuthError("denied", status=403)  # noqa: E731
     with caplog.at_level(logging.WARNING):
-        reports, logs = follow(refused, ops=ops)
-        again, _ = follow(refused, logs.cursor, ops=ops)
+        reports, logs, _ = follow(refused, ops=ops)
+        again, _, _ = follow(refused, logs.cursor, ops=ops)
     assert reports == [NewLogLines(tuple(LINES[:4]), "4")] and again == []
     warnings = [r.getMessage() for r in caplog.records if "not readable" in r.getMessage()]
     assert len(warnings) == 1 and warnings[0].startswith(
@@ -205,7 +206,7 @@ def test_a_failed_page_keeps_what_was_read_before_it_and_warns_once(caplog):
 
 def test_no_log_yet_is_silent(caplog):
     with caplog.at_level(logging.WARNING):
-        reports, logs = follow(
+        reports, logs, _ = follow(
             lambda r: JobNotFoundError("The specified log stream does not exist.", status=400)
         )
     assert reports == [] and logs.cursor is None and not caplog.records
@@ -215,7 +216,7 @@ def test_a_platform_without_program_logs_reads_nothing():
     from airflow_training_provider.platforms.tensorone import TensorOneDialect
 
     operation = JobOperations(TensorOneDialect(), "http://h").follow_log(JOB, LogFollow(), 5)
-    assert advance(operation) == (True, None), "no request, no report"
+    assert advance(operation) == (True, True), "no request, no report: nothing left to read"
 
 
 # -- lines as written --------------------------------------------------------------------------

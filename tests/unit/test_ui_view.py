@@ -9,7 +9,7 @@ from airflow_training_provider.links import JobReference
 from airflow_training_provider.models import Checkpoint, JobState, MetricPoint, TrainingJob
 from airflow_training_provider.ui.app import map_index_param, try_number_param
 from airflow_training_provider.ui.tries import TaskInstanceFacts, TryFacts, _as_ref, merge_tries
-from airflow_training_provider.ui.view import TrySummary, build_view, curves
+from airflow_training_provider.ui.view import PROGRAM_LOG_LINES, TrySummary, build_view, curves, program_log
 
 WHERE = {"dag_id": "d", "run_id": "r", "task_id": "t", "map_index": -1}
 
@@ -147,3 +147,19 @@ def test_each_try_shows_its_own_record_and_only_the_current_try_falls_back_to_xc
         merge_tries({**states, 3: "running"}, {}, two.model_copy(update={"try_number": 2}), 3)[3].ref is None
     )
     assert _as_ref(one.model_dump_json()) == one and _as_ref({"__external_ref": "s3://x"}) is None
+
+
+def test_the_program_log_shows_the_last_lines_read_and_says_how_many_were_left_out():
+    lines = [f"line {i}" for i in range(PROGRAM_LOG_LINES + 7)]
+    log = program_log(lines, complete=False)
+    assert log.lines == lines[7:] and log.earlier == 7 and not log.complete and log.note is None
+    view = build_view(
+        **WHERE, ti_state="success", is_training_task=True, ref=ref(job(JobState.SUCCEEDED)), program_log=log
+    )
+    assert view.program_log == log
+    assert program_log([], True, "Not readable: x").model_dump() == {
+        "lines": [],
+        "earlier": 0,
+        "complete": True,
+        "note": "Not readable: x",
+    }

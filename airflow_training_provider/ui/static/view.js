@@ -154,11 +154,19 @@
     $("app").dataset.tryNumber = view.try_number ?? "";
   }
 
-  // The training program's own log lines: filled by a later change (program_log is null today).
+  // The training program's own log lines (the last ones one read gave; null: the platform has none).
   function renderProgramLog(view) {
-    const lines = view.program_log ? view.program_log.lines || [] : null;
-    $("program-log").hidden = lines === null;
-    $("program-log-lines").textContent = lines ? lines.join("\n") : "";
+    const log = view.program_log;
+    $("program-log").hidden = !log;
+    if (!log) return;
+    const notes = [];
+    if (log.earlier) notes.push(`${log.earlier} earlier lines not shown.`);
+    if (!log.complete) notes.push("The log is longer than one read: these are not its last lines.");
+    if (log.note) notes.push(log.note);
+    else if (!log.lines.length) notes.push("No lines yet.");
+    $("program-log-note").textContent = notes.join(" ");
+    $("program-log-note").hidden = notes.length === 0;
+    $("program-log-lines").textContent = log.lines.join("\n");
   }
 
   function render(view) {
