@@ -16,7 +16,13 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from airflow_training_provider.cancellation import CancelPolicy, GiveUp, Seconds
 from airflow_training_provider.errors import TrainingPlatformError, TransientPlatformError
 from airflow_training_provider.lifecycle.guards import Guards, GuardStop, GuardWatch, best_checkpoint
-from airflow_training_provider.lifecycle.operations import JobOperations, LogFollow, Operation, is_terminal
+from airflow_training_provider.lifecycle.operations import (
+    LOG_PAGES_AT_END,
+    JobOperations,
+    LogFollow,
+    Operation,
+    is_terminal,
+)
 from airflow_training_provider.models import CancelResult, TrainingJob, complete_cancel_result
 from airflow_training_provider.platforms import platform_job
 
@@ -170,7 +176,7 @@ def wait_for_job(
         what = platform_job(platform=ops.dialect.name, job_id=job_id)
         return PollFailed(job_id=job_id, message=f"Polling {what} failed: {exc}")
     if watch is not None and watch.fired is not None:
-        return (yield from stop_for_guard(ops, job_id, watch.fired, polling, policy, cursor or 0))
+        return (yield from stop_for_guard(ops, job_id, watch.fired, polling, policy, cursor or 0, logs))
     if job.is_terminal:
         return JobFinished(job_id=job_id, job=job, event_cursor=cursor or 0)
     if deadline_kind == "sensor_timeout":
@@ -191,11 +197,18 @@ def wait_for_job(
 
 
 def stop_for_guard(
-    ops: JobOperations, job_id: str, stop: GuardStop, polling: Polling, policy: CancelPolicy, cursor: int
+    ops: JobOperations,
+    job_id: str,
+    stop: GuardStop,
+    polling: Polling,
+    policy: CancelPolicy,
+    cursor: int,
+    logs: LogFollow | None = None,
 ) -> Operation[GuardStopped | PollFailed]:
     """Stop job ``job_id`` because ``stop`` fired, as a cancel does (checkpoints kept, a final one
     asked for where the platform can; the reason recorded), whatever ``cancel_on_kill`` says: a
-    guard is the user's own request. Waits (``policy.confirm_timeout``) for the platform to confirm."""
+    guard is the user's own request. Waits (``policy.confirm_timeout``) for the platform to confirm;
+    following the program log (``logs``), its lines up to the stop are reported then."""
     try:
         result = yield from ops.cancel_job(job_id, policy.request(f"Airflow guard: {stop.reason}"))
         job = yield from ops.wait_until(
@@ -205,6 +218,8 @@ def stop_for_guard(
         return PollFailed(
             job_id=job_id, message=f"{stop.reason}; stopping training job {job_id} failed: {exc}"
         )
+    if logs is not None:  # what the program printed while it stopped (its checkpoint, a traceback)
+        yield from ops.follow_log(job, logs, LOG_PAGES_AT_END)
     stop = stop.model_copy(update={"best_checkpoint": best_checkpoint(stop, job.checkpoints)})
     return GuardStopped(
         job_id=job_id, job=job, stop=stop, cancel=complete_cancel_result(result, job), event_cursor=cursor
