@@ -78,7 +78,7 @@ def expected(fail: bool = False) -> list[str]:
     )
 
 
-def operator(*, deferrable: bool, fail: bool = False) -> SubmitTrainingJobOperator:
+def operator(*, deferrable: bool, fail: bool = False, burst: float = 0.1) -> SubmitTrainingJobOperator:
     hyperparameters = {**script_hyperparameters(), "sagemaker_program": json.dumps("print_lines.py")}
     hyperparameters["sagemaker_submit_directory"] = json.dumps(CODE_URI)
     spec = {
@@ -91,12 +91,7 @@ def operator(*, deferrable: bool, fail: bool = False) -> SubmitTrainingJobOperat
         "ResourceConfig": {"InstanceType": "ml.m5.large", "InstanceCount": 1, "VolumeSizeInGB": 10},
         "StoppingCondition": {"MaxRuntimeInSeconds": 600},
         "HyperParameters": hyperparameters,
-        "Environment": {
-            "LINES": str(LINES),
-            "BURST_SECONDS": "0.25",
-            "FAIL": "1" if fail else "0",
-            "DB_PASSWORD": connection_secret(SECRET_CONN),
-        },
+        "Environment": environment(fail, burst),
     }
     return SubmitTrainingJobOperator(
         task_id="train",
@@ -108,10 +103,11 @@ def operator(*, deferrable: bool, fail: bool = False) -> SubmitTrainingJobOperat
     )
 
 
-def environment(fail: bool) -> dict:
+def environment(fail: bool, burst: float = 0.1) -> dict:
+    """The program's settings: ``burst`` seconds between bursts of ten lines."""
     return {
         "LINES": str(LINES),
-        "BURST_SECONDS": "0.25",
+        "BURST_SECONDS": str(burst),
         "FAIL": "1" if fail else "0",
         "DB_PASSWORD": connection_secret(SECRET_CONN),
     }
@@ -208,7 +204,7 @@ class Recorder:
 
 
 def test_a_restarted_trigger_writes_no_line_twice_and_loses_none_and_masks_secrets():
-    op = operator(deferrable=True)
+    op = operator(deferrable=True, burst=0.5)  # 2 s of output: the first trigger stops mid-stream
     ctx = task_context(op, run_id=f"program-logs-restart-{uuid.uuid4().hex[:6]}")
     with InMemoryAirflow().installed() as airflow:
         with pytest.raises(TaskDeferred) as deferred:
