@@ -210,8 +210,16 @@ def retry_left(ti: Any) -> bool:
 def log_cancel(log: TaskLog, result: CancelResult, job: TrainingJob) -> None:
     """Write what a cancel achieved to the task log."""
     if result.already_terminal:
+        # after a trigger's deadline cancel the job has usually stopped by the time the task
+        # resumes: still say where its checkpoint is (SageMaker: CheckpointConfig.S3Uri)
+        kept = result.final_checkpoint_id or result.final_checkpoint_path
         log.info(
-            "Training job %s had already ended (%s); nothing to cancel", result.job_id, result.state.value
+            "Training job %s had already ended (%s); nothing to cancel%s",
+            result.job_id,
+            result.state.value,
+            f"; final checkpoint {result.final_checkpoint_id} ({result.final_checkpoint_path})"
+            if kept
+            else "",
         )
         return
     log.warning(

@@ -13,8 +13,14 @@ from pathlib import Path
 import pytest
 
 from airflow_training_devel.killpaths import Outcome, pairs
-from airflow_training_devel.killpaths.flavors import GUARD_RULE, flavor_of
+from airflow_training_devel.killpaths.flavors import ALL_FLAVORS, GUARD_RULE, flavor_of
 from airflow_training_devel.killpaths.scenarios import loss_plateau
+from airflow_training_devel.killpaths.user_code import (
+    checkpoint_epoch,
+    first_epoch,
+    resumed_epoch,
+    stopped_at_epoch,
+)
 from airflow_training_platform.control import LocalPlatformControl
 
 # The first test's setup runs every selected scenario (see conftest.outcomes): give it the time.
@@ -107,6 +113,80 @@ def test_k5_execution_timeout_while_deferred(outcome):
     if flavor_of(first).cancel_reason:
         assert "execution_timeout" in first["cancel_requests"][0]["reason"]
     assert second["created_at"] >= first["finished_at"], "the retry ran beside the first job"
+
+
+# -- the user's own training code (SageMaker script mode, flavor "aws-code"): K1, K5, K5b ----------------
+def user_code_scenario(key: str):
+    """Mark a test with its scenario and run it on the user-code flavors only."""
+    flavors = sorted(name for _, name in pairs([key]) if ALL_FLAVORS[name].user_code)
+
+    def mark(test):
+        test = pytest.mark.scenario(key)(test)
+        return pytest.mark.parametrize("flavor", flavors, indirect=True)(test)
+
+    return mark
+
+
+def assert_stopped_with_its_checkpoint(job: dict, log: str, data_dir: str | None) -> int:
+    """The script received SIGTERM and saved a checkpoint after the stop signal, which the platform
+    kept at ``CheckpointConfig.S3Uri`` (read there under ``data_dir``; ``None``: a later job of the
+    run wrote there since, the caller checks otherwise); the task log's cancel result names that
+    location. Returns the epoch the checkpoint holds."""
+    epoch = stopped_at_epoch(job)  # the script's own output, read through /_local
+    assert epoch is not None and epoch >= 1, job["logs"][-5:]
+    assert job["state"] == "cancelled" and job["returncode"] == 0, (job["state"], job["returncode"])
+    program, cancel = job["program"], job["cancel"]
+    assert program["stop_signal_at"] and not program["killed_after_grace"], program
+    assert cancel["final_checkpoint_written"] and cancel["final_checkpoints"] == ["checkpoint.json"], cancel
+    (final,) = [Path(c["path"]) for c in job["checkpoints"] if c["kind"] == "final"]
+    assert final.stat().st_mtime >= program["stop_signal_at"], "written before the stop signal"
+    # kept at CheckpointConfig.S3Uri: the local S3 is <data dir>/s3/<bucket>/<key>
+    uri = job["request"]["CheckpointConfig"]["S3Uri"]
+    assert checkpoint_epoch(final) == epoch, final
+    if data_dir is not None:
+        kept = Path(data_dir) / "s3" / uri.removeprefix("s3://") / "checkpoint.json"
+        assert checkpoint_epoch(kept) == epoch, kept
+    # the cancel result in the task log names the checkpoint the stop kept: SageMaker reports its
+    # location, CheckpointConfig.S3Uri (DescribeTrainingJob lists no checkpoint files)
+    lines = [r["event"] for r in map(json.loads, log.splitlines()) if job["job_id"] in r.get("event", "")]
+    cancel_lines = [line for line in lines if "final checkpoint" in line]
+    assert cancel_lines and all(f"({uri})" in line for line in cancel_lines), lines
+    return epoch
+
+
+@user_code_scenario("k1_mark_failed")
+def test_k1_user_code_saves_its_checkpoint_on_the_stop(outcome, kill_path_stack):
+    job = assert_cancelled_once_keeping_checkpoints(outcome)
+    assert_stopped_with_its_checkpoint(job, outcome.notes["log1"], kill_path_stack.server.data_dir)
+    assert any(
+        f"on_kill: job {job['job_id']} cancelled" in line for line in outcome.notes["log1"].splitlines()
+    )
+
+
+@user_code_scenario("k5_execution_timeout_deferred")
+def test_k5_user_code_saves_its_checkpoint_and_the_retry_starts_from_it(outcome, kill_path_stack):
+    first, second = outcome.notes["first"], outcome.notes["second"]
+    # the retry's job has the same CheckpointConfig.S3Uri (per DAG run) and wrote its own checkpoint
+    # there when the scenario stopped it: what the location held is what the retry found in it
+    epoch = assert_stopped_with_its_checkpoint(first, outcome.notes["log1"], None)
+    second = kill_path_stack.platform.wait_job(second["job_id"], lambda j: resumed_epoch(j) is not None, 30)
+    assert resumed_epoch(second) == epoch, second["logs"][:5]
+
+
+@user_code_scenario("k5b_timeout_retry_resumes")
+def test_k5b_user_code_retry_resumes_from_the_checkpoint_written_on_the_stop(outcome, kill_path_stack):
+    first, second = outcome.notes["first"], outcome.notes["second"]
+    assert outcome.submits == 2 and second["job_id"] != first["job_id"]
+    job = assert_cancelled_once_keeping_checkpoints(outcome, first)
+    # try 2 wrote no checkpoint (it completed): try 1's is still at the location
+    epoch = assert_stopped_with_its_checkpoint(job, outcome.notes["log1"], kill_path_stack.server.data_dir)
+    # the spec's S3Uri is per try: only resume_from_checkpoint points try 2 at try 1's checkpoints
+    uri = first["request"]["CheckpointConfig"]["S3Uri"]
+    assert uri.endswith("/try-1") and second["request"]["CheckpointConfig"]["S3Uri"] == uri
+    # the script found it in its checkpoint directory and went on from the next epoch
+    assert resumed_epoch(second) == epoch and first_epoch(second) == epoch + 1, second["logs"][:5]
+    assert second["state"] == "succeeded" and "training complete" in second["logs"]
+    assert outcome.ti_state == "success" and outcome.notes["try_number"] == 2
 
 
 @scenario("k6_defer_timeout")

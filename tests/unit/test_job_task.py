@@ -3,6 +3,7 @@ No platform is reached: the connection id names no connection, so any call would
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 
 import pytest
@@ -13,9 +14,15 @@ from airflow.sdk.exceptions import (
     TaskDeferralTimeout,
 )
 
-from airflow_training_provider.job_task import LostContactWithPlatform, TrainingJobFailed
+from airflow_training_provider.job_task import LostContactWithPlatform, TrainingJobFailed, log_cancel
 from airflow_training_provider.lifecycle.waiting import DeadlineReached, JobFinished, LostContact, PollFailed
-from airflow_training_provider.models import JobState, TrainingJob
+from airflow_training_provider.models import (
+    Checkpoint,
+    JobState,
+    TrainingJob,
+    complete_cancel_result,
+    no_cancel_needed,
+)
 from airflow_training_provider.operators.training_job import SubmitTrainingJobOperator
 from airflow_training_provider.sensors.training_job import TrainingJobSensor
 from airflow_training_provider.testing.inprocess import task_context
@@ -144,3 +151,25 @@ def test_each_try_keeps_its_job_record_whole_or_without_a_job_too_big_for_the_st
     record = context["task_state_store"].get(try_record_key(1))
     assert record["job"] is None and record["job_id"] == "j1"  # the UI asks the platform for it
     assert len(context["ti"].xcoms["training_job"]["job"]["metric_history"]) == 100  # XCom: whole
+
+
+@pytest.mark.parametrize(
+    ("checkpoints", "tail"),
+    [
+        (
+            [Checkpoint(id="checkpoints", kind="location", path="s3://kp/ck/run-1")],
+            "; final checkpoint None (s3://kp/ck/run-1)",
+        ),
+        ([], ""),
+    ],
+)
+def test_a_cancel_that_found_the_job_ended_still_names_its_checkpoint(checkpoints, tail, caplog):
+    # K5 deferred: the trigger stopped the job at the deadline; the resumed task finds it Stopped
+    stopped = TrainingJob(
+        id="j1", platform="aws", state=JobState.CANCELLED, raw_status="Stopped", checkpoints=checkpoints
+    )
+    result = no_cancel_needed(stopped)
+    assert result is not None
+    with caplog.at_level(logging.INFO, logger="kp.task"):
+        log_cancel(logging.getLogger("kp.task"), complete_cancel_result(result, stopped), stopped)
+    assert caplog.messages == [f"Training job j1 had already ended (cancelled); nothing to cancel{tail}"]

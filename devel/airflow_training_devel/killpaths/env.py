@@ -1,6 +1,7 @@
-"""The kill-path stack: PostgreSQL + Redis + a local training platform + Airflow running both the
-LocalExecutor and the CeleryExecutor (two Celery workers) with two triggerers, started together and
-stopped together, every process by its PID."""
+"""The kill-path stack: PostgreSQL + Redis + a local training platform (running user code, with the
+user-code flavor's script in its S3) + Airflow running both the LocalExecutor and the CeleryExecutor
+(two Celery workers) with two triggerers, started together and stopped together, every process by
+its PID."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from airflow_training_devel.killpaths.flavors import (
     secret_env,
 )
 from airflow_training_devel.killpaths.scenarios import Platform
+from airflow_training_devel.killpaths.user_code import install as install_user_code
 from airflow_training_devel.local_fixtures import server_options
 from airflow_training_devel.postgres import PostgresServer
 from airflow_training_devel.redis import RedisServer
@@ -29,6 +31,7 @@ SHAPES = [
     "kp_deferred_reattach_on_clear",
     "kp_dagrun_timeout",
     "kp_exec_timeout_deferred",
+    "kp_exec_timeout_resume",
     "kp_defer_timeout",
     "kp_running",
     "kp_running_exec_timeout",
@@ -93,11 +96,13 @@ class KillPathEnv:
             gpus=24,
             seconds_per_epoch=0.5,
             grace_seconds=40,  # K23: a stop writes a slow final checkpoint (up to 2 x 10 s, more on a busy machine)
+            allow_user_code=True,  # the user-code flavor (SageMaker script mode): K1, K5, K5b
             **server_options(
                 sagemaker_stop_grace_seconds=40, pai_stop_grace_seconds=40, modelarts_stop_grace_seconds=40
             ),
         )
         server.start()
+        install_user_code(server.data_dir)  # in its S3 before any DAG runs
         dags = root / "dags"
         dags.mkdir(parents=True, exist_ok=True)
         for src in DAGS.glob("*.py"):

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_training_devel.killpaths.user_code import sagemaker_script_spec
 from airflow_training_devel.local_fixtures import LOCAL_FIXTURES, LOCAL_SECRET, MODELARTS_PROJECT_ID
 
 API_KEY = LOCAL_SECRET
@@ -194,6 +195,11 @@ class Flavor:
         each try's job name from, where the platform names jobs by the client.
     :ivar auxiliary: the path suffixes of the job's auxiliary endpoints (events, checkpoints,
         metrics: what a wait reads besides the job's status), if it has any.
+    :ivar variant: a second flavor of the same platform (``code``: the user's own training code
+        instead of the built-in trainer); its :attr:`key` is ``<name>-<variant>``.
+    :ivar user_code: its jobs run the user's own program (:mod:`.user_code`), not the built-in trainer.
+    :ivar shapes: the DAG shapes it has (``None``: every one its executor runs, :meth:`runs`).
+    :ivar scenarios: the scenario keys it runs (``None``: every one that applies).
     """
 
     name: str
@@ -209,12 +215,17 @@ class Flavor:
     executor: str = "LocalExecutor"
     name_key: str = "name"
     auxiliary: tuple[str, ...] = ()
+    variant: str = ""
+    user_code: bool = False
+    shapes: frozenset[str] | None = None
+    scenarios: frozenset[str] | None = None
 
     @property
     def key(self) -> str:
-        """Its name among the flavors a scenario runs on: the platform, ``-celery`` appended when its
-        tasks run on the CeleryExecutor."""
-        return self.name if self.executor == "LocalExecutor" else f"{self.name}-celery"
+        """Its name among the flavors a scenario runs on: the platform (``-<variant>`` appended for a
+        variant), ``-celery`` appended when its tasks run on the CeleryExecutor."""
+        name = f"{self.name}-{self.variant}" if self.variant else self.name
+        return name if self.executor == "LocalExecutor" else f"{name}-celery"
 
     @property
     def on_celery(self) -> bool:
@@ -226,8 +237,15 @@ class Flavor:
 
     def runs(self, shape: str) -> bool:
         """Whether this flavor has a DAG of ``shape`` (``kp_deferred``...): all of them on the
-        LocalExecutor; on Celery those of the cases proven there (:data:`CELERY_SHAPES`)."""
+        LocalExecutor; on Celery those of the cases proven there (:data:`CELERY_SHAPES`); a flavor
+        with :attr:`shapes` only those."""
+        if self.shapes is not None:
+            return shape in self.shapes
         return not self.on_celery or shape in CELERY_SHAPES
+
+    def runs_scenario(self, key: str) -> bool:
+        """Whether the scenario ``key`` (``k1_mark_failed``...) may run on this flavor (:attr:`scenarios`)."""
+        return self.scenarios is None or key in self.scenarios
 
     @property
     def conn_id(self) -> str:
@@ -365,6 +383,19 @@ MODELARTS = ModelArtsFlavor(
 )
 FLAVORS: dict[str, Flavor] = {f.name: f for f in (TENSORONE, TOGETHER, SAGEMAKER, PAI, MODELARTS)}
 """One flavor per platform, its tasks on the LocalExecutor; keyed by platform (connection type)."""
+SAGEMAKER_USER_CODE = dataclasses.replace(
+    SAGEMAKER,
+    variant="code",
+    suffix="_sagemaker_code",
+    spec=sagemaker_script_spec,
+    user_code=True,
+    events=False,
+    shapes=frozenset({"kp_deferred", "kp_exec_timeout_deferred", "kp_exec_timeout_resume"}),
+    scenarios=frozenset({"k1_mark_failed", "k5_execution_timeout_deferred", "k5b_timeout_retry_resumes"}),
+)
+"""SageMaker script mode running the user's own script (:mod:`.user_code`): K1 and K5, and K5b (the
+retry resumes from the checkpoint the script wrote on SIGTERM). The local platform of the stack
+runs user code (``--allow-user-code``) and has the script in its S3 before the DAGs run."""
 CELERY_SHAPES = frozenset({
     "kp_deferred", "kp_exec_timeout_deferred", "kp_medium_deferred", "kp_medium_sensor", "kp_running",
     "kp_running_exec_timeout", "kp_worker_crash_reattach", "kp_worker_shutdown",
@@ -373,8 +404,10 @@ CELERY_SHAPES = frozenset({
 ALL_FLAVORS: dict[str, Flavor] = {
     **{f.key: f for f in FLAVORS.values()},
     **{f.celery().key: f.celery() for f in FLAVORS.values()},
+    SAGEMAKER_USER_CODE.key: SAGEMAKER_USER_CODE,
 }
-"""Every flavor a scenario can run on, by :attr:`Flavor.key` (``tensorone``, ``tensorone-celery``...)."""
+"""Every flavor a scenario can run on, by :attr:`Flavor.key` (``tensorone``, ``tensorone-celery``...,
+``aws-code``: SageMaker with the user's own code)."""
 
 
 def flavor_of(job: dict) -> Flavor:

@@ -91,12 +91,20 @@ class Platform(LocalPlatformControl):
             jobs = self.run_jobs(dag_id, run_id)
             if len(jobs) >= count:
                 job = jobs[count - 1]
-                if job["state"] == "running" and job["progress"].get("completed_epochs", 0) >= min_epochs:
+                if job["state"] == "running" and _epochs_done(job) >= min_epochs:
                     return job
             time.sleep(0.3)
         raise AssertionError(
             f"no running job #{count} for {dag_id}/{run_id}: {self.run_jobs(dag_id, run_id)}"
         )
+
+
+def _epochs_done(job: dict) -> int:
+    """Epochs ``job`` finished: the built-in trainer's progress, or for a user program the epoch its
+    output last reported (its ``epoch`` metric, :data:`.user_code.EPOCH_METRIC`)."""
+    if job.get("program") is not None:
+        return int(job["metrics"].get("epoch") or 0)
+    return job["progress"].get("completed_epochs", 0)
 
 
 def _xcom(stack: AirflowStack, dag_id: str, run_id: str, key: str, timeout: float = 30) -> Any:
@@ -166,13 +174,22 @@ def _iso(value: str) -> float:
 # -- K1–K4: user actions on a deferred task --------------------------------------------------------
 def k1_mark_failed(stack, platform, flavor: Flavor) -> Outcome:
     dag = flavor.dag("kp_deferred")
-    return _user_action_cancels(
+    outcome = _user_action_cancels(
         stack,
         platform,
         "K1 mark failed (deferred)",
         dag,
         lambda run: stack.set_ti_state(dag, run, "train", "failed"),
     )
+    if flavor.user_code:  # the trigger's on_kill logs the cancel result into try 1's log
+        outcome.notes["log1"] = _log_of(stack, dag, outcome.jobs[0], 1, "on_kill: job")
+    return outcome
+
+
+def _log_of(stack, dag: str, job: dict, try_number: int, *needles: str) -> str:
+    """The task log of ``job``'s run and try, once one of ``needles`` is in it (30 s at most)."""
+    run_id = next(t for t in job["tags"] if t.startswith("airflow-run:")).split(":", 1)[1]
+    return stack.task_log(dag, run_id, "train", try_number, wait_for=needles)
 
 
 def k2_clear(stack, platform, flavor: Flavor) -> Outcome:
@@ -294,11 +311,43 @@ def k5_execution_timeout_deferred(stack, platform, flavor: Flavor) -> Outcome:
         first=first,
         second=second,
     )
+    if flavor.user_code:  # the resumed try 1 confirms the trigger's cancel and logs its result
+        outcome.notes["log1"] = _log_of(stack, dag, first, 1, "nothing to cancel", "cancelled: state")
     # don't wait for the retry to time out too: fail it once its trigger runs (failed before a
     # triggerer has started the trigger, only the reaper would stop its job)
     stack.wait_trigger_running(dag, run_id, "train")
     stack.set_ti_state(dag, run_id, "train", "failed")
     platform.wait_job(second["job_id"], {"cancelled"}, timeout=60)
+    return outcome
+
+
+def k5b_timeout_retry_resumes(stack, platform, flavor: Flavor) -> Outcome:
+    """The user's own code: try 1 (deferred) reaches its ``execution_timeout``, the trigger stops
+    the job and the script writes its checkpoint on SIGTERM. Try 2 (``retries=1``,
+    ``resume_from_checkpoint=True``; the spec's ``CheckpointConfig.S3Uri`` is per try) submits a job
+    whose ``S3Uri`` is try 1's: the script finds the checkpoint in its checkpoint directory, starts
+    from the epoch after it and completes."""
+    dag = flavor.dag("kp_exec_timeout_resume")
+    run_id, first = _start_deferred(stack, platform, dag)
+    first = platform.wait_job(first["job_id"], {"cancelled"}, timeout=90)
+    ti = stack.wait_ti(dag, run_id, "train", {"success", "failed"}, timeout=180)
+    jobs = platform.run_jobs(dag, run_id)
+    outcome = _finish(
+        stack,
+        platform,
+        "K5b execution_timeout (deferred), user code → the retry resumes",
+        dag,
+        run_id,
+        expect_cancel=True,
+        expected_submits=2,
+        first=first,
+        second=jobs[-1],
+        try_number=ti["try_number"],
+        log1=_log_of(stack, dag, first, 1, "nothing to cancel", "cancelled: state"),
+    )
+    for job in jobs[1:]:  # a try that did not end (the assertion shows it): leave nothing running
+        if job["state"] not in ("succeeded", "failed", "cancelled"):
+            platform.console_cancel(job["job_id"])
     return outcome
 
 
@@ -1197,6 +1246,7 @@ _TABLE = [
     Scenario(k4_dag_run_failed, executors=BOTH),
     Scenario(k4b_dagrun_timeout),
     Scenario(k5_execution_timeout_deferred, executors=BOTH),
+    Scenario(k5b_timeout_retry_resumes, applies=lambda f: f.user_code),
     Scenario(k6_defer_timeout),
     Scenario(k7_triggerer_restart, exclusive=True),
     Scenario(k7b_guards_across_triggerer_restart, exclusive=True, applies=lambda f: f.guard_spec is not None),
@@ -1237,6 +1287,7 @@ def pairs(keys: list[str] | None = None, flavors: list[str] | None = None) -> se
         and (flavors is None or name in flavors)
         and flavor.executor in scenario.executors
         and scenario.applies(flavor)
+        and flavor.runs_scenario(key)
     }
 
 

@@ -70,6 +70,18 @@ for flavor in ALL_FLAVORS.values():
                 retries=1, retry_delay=timedelta(seconds=2),
             )  # fmt: skip
 
+    if flavor.runs("kp_exec_timeout_resume"):  # K5b (user code): try 1 times out, try 2 resumes
+        per_try = (
+            "s3://kp/checkpoints/{{ dag.dag_id }}/{{ run_id | replace(':', '-') }}/try-{{ ti.try_number }}"
+        )
+        with dag(f"kp_exec_timeout_resume{sfx}", default_args=on_executor):
+            # 40 s of training: try 1 stops after ~25 of them, try 2 trains the rest within its 30 s
+            PidRecordingSubmit(
+                task_id="train", spec=spec(epochs=80, seconds_per_epoch=0.5, checkpoint_uri=per_try),
+                execution_timeout=timedelta(seconds=30), retries=1, retry_delay=timedelta(seconds=2),
+                resume_from_checkpoint=True, **deferred,
+            )  # fmt: skip
+
     if flavor.runs("kp_defer_timeout"):
         with dag(f"kp_defer_timeout{sfx}", default_args=on_executor):
             PidRecordingSubmit(task_id="train", spec=LONG, defer_timeout=30, **deferred)
