@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from tests.user_code import SCRIPT
+from airflow_training_devel.user_code import SCRIPT
 
 BOOT_FILE = SCRIPT.with_name("modelarts_train.py")
 CODE_DIR = "/code/v1/ma-code/"

@@ -17,6 +17,7 @@ import pytest
 from airflow.sdk.exceptions import TaskDeferred
 
 from airflow_training_devel.local_fixtures import LOCAL_FIXTURES
+from airflow_training_devel.user_code import script_hyperparameters
 from airflow_training_platform.server import LocalPlatformServer
 from airflow_training_provider.operators.training_job import SubmitTrainingJobOperator
 from airflow_training_provider.program_logs import MAX_LINE_CHARS
@@ -25,7 +26,6 @@ from airflow_training_provider.spec_secrets import connection_secret
 from airflow_training_provider.task_instance_lookup import log_cursor_key
 from airflow_training_provider.testing.inprocess import InMemoryAirflow, first_event, run_task, task_context
 from airflow_training_provider.triggers.training_job import TrainingJobTrigger
-from tests.user_code import script_hyperparameters
 
 PROGRAM = Path(__file__).parents[1] / "data" / "user_code" / "print_lines.py"
 CODE_URI = "s3://code/logs/sourcedir.tar.gz"

@@ -9,11 +9,7 @@ import uuid
 import pytest
 
 from airflow_training_devel.local_fixtures import LOCAL_FIXTURES, server_options
-from airflow_training_platform.control import LocalPlatformControl
-from airflow_training_platform.server import LocalPlatformServer
-from airflow_training_provider.operators.training_job import SubmitTrainingJobOperator
-from airflow_training_provider.testing.inprocess import run_task, task_context
-from tests.user_code import (
+from airflow_training_devel.user_code import (
     DATA_URI,
     METRIC_DEFINITIONS,
     PAI_CODE,
@@ -23,6 +19,10 @@ from tests.user_code import (
     put_pai_code_and_data,
     script_hyperparameters,
 )
+from airflow_training_platform.control import LocalPlatformControl
+from airflow_training_platform.server import LocalPlatformServer
+from airflow_training_provider.operators.training_job import SubmitTrainingJobOperator
+from airflow_training_provider.testing.inprocess import run_task, task_context
 
 CONN_ID = "aws_user_code"
 PAI_CONN_ID = "pai_user_code"

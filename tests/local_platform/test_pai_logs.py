@@ -15,13 +15,13 @@ from alibabacloud_paistudio20220112 import models
 from alibabacloud_paistudio20220112.client import Client
 from Tea.exceptions import TeaException
 
+from airflow_training_devel.user_code import put_pai_code_and_data
 from airflow_training_platform.control import LocalPlatformControl
 from airflow_training_platform.engine.programs import read_log
 from airflow_training_platform.server import LocalPlatformServer
 from tests.conftest import server_options
 from tests.local_platform.test_pai_api import client
 from tests.local_platform.test_pai_user_code import ended, request, unique, wait
-from tests.user_code import put_pai_code_and_data
 
 EPOCHS = 4
 

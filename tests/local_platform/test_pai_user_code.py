@@ -19,12 +19,7 @@ import pytest
 from alibabacloud_paistudio20220112 import models
 from alibabacloud_paistudio20220112.client import Client
 
-from airflow_training_platform.control import LocalPlatformControl
-from airflow_training_platform.engine.programs import cuda_device_count, read_log
-from airflow_training_platform.server import LocalPlatformServer
-from tests.conftest import PAI_WORKSPACE_ID, server_options
-from tests.local_platform.test_pai_api import client
-from tests.user_code import (
+from airflow_training_devel.user_code import (
     METRIC_DEFINITIONS,
     PAI_CODE,
     PAI_COMMAND,
@@ -32,6 +27,11 @@ from tests.user_code import (
     SCRIPT,
     put_pai_code_and_data,
 )
+from airflow_training_platform.control import LocalPlatformControl
+from airflow_training_platform.engine.programs import cuda_device_count, read_log
+from airflow_training_platform.server import LocalPlatformServer
+from tests.conftest import PAI_WORKSPACE_ID, server_options
+from tests.local_platform.test_pai_api import client
 
 GRACE = 3.0  # the server's PAI stop grace (s)
 IMAGE = "local/pai-train:1"

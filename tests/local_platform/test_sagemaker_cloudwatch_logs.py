@@ -14,12 +14,12 @@ import boto3
 import pytest
 import structlog
 
+from airflow_training_devel.user_code import put_code_and_data, script_hyperparameters
 from airflow_training_platform.control import LocalPlatformControl
 from airflow_training_platform.engine.programs import read_log
 from airflow_training_platform.server import LocalPlatformServer
 from tests.conftest import API_KEY, AWS_ACCESS_KEY_ID, aws_connection, server_options
 from tests.local_platform.test_sagemaker_script_mode import ended, script_job, wait
-from tests.user_code import put_code_and_data, script_hyperparameters
 
 GROUP = "/aws/sagemaker/TrainingJobs"
 CONN_ID = "aws_cwlogs_local"

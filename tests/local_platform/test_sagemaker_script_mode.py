@@ -20,12 +20,18 @@ import boto3
 import botocore.exceptions
 import pytest
 
+from airflow_training_devel.user_code import (
+    DATA_URI,
+    METRIC_DEFINITIONS,
+    SCRIPT,
+    put_code_and_data,
+    script_hyperparameters,
+)
 from airflow_training_platform.cli import build_parser
 from airflow_training_platform.control import LocalPlatformControl
 from airflow_training_platform.engine.programs import read_log
 from airflow_training_platform.server import LocalPlatformServer
 from tests.conftest import API_KEY, AWS_ACCESS_KEY_ID, server_options
-from tests.user_code import DATA_URI, METRIC_DEFINITIONS, SCRIPT, put_code_and_data, script_hyperparameters
 
 GRACE = 1.5  # the server's SageMaker stop grace (s): short, so the SIGKILL test is quick
 SERVER_ENV_MARKER = f"server-only-{uuid.uuid4().hex}"

@@ -8,9 +8,7 @@ import json
 
 import pytest
 
-from airflow_training_platform.cli import main
-from tests import modelarts_user_code
-from tests.user_code import (
+from airflow_training_devel.user_code import (
     DATA_URI,
     PAI_CODE,
     PAI_COMMAND,
@@ -19,6 +17,8 @@ from tests.user_code import (
     put_pai_code_and_data,
     script_hyperparameters,
 )
+from airflow_training_platform.cli import main
+from tests import modelarts_user_code
 
 
 def check(tmp_path, capsys, **hyperparameters) -> tuple[int, str]:

@@ -15,7 +15,13 @@ import re
 from pathlib import Path
 from typing import Any
 
-from tests.user_code import CODE_URI, DATA_URI, METRIC_DEFINITIONS, put_code_and_data, script_hyperparameters
+from airflow_training_devel.user_code import (
+    CODE_URI,
+    DATA_URI,
+    METRIC_DEFINITIONS,
+    put_code_and_data,
+    script_hyperparameters,
+)
 
 __all__ = [
     "CODE_URI",

@@ -1,6 +1,7 @@
-"""The user's own training code the local platform's user-code tests run
+"""The user's own training code the local platform's user-code tests and the kill-path stack run
 (``tests/data/user_code/train.py``), and how they put it and its data under the server's S3 root
-(SageMaker script mode) or OSS root (PAI)."""
+(SageMaker script mode) or OSS root (PAI). In the devel package, not under ``tests/``: the kill-path
+DAGs import it in Airflow's own processes, where ``tests`` is not importable."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
-SCRIPT = Path(__file__).parent / "data" / "user_code" / "train.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "tests" / "data" / "user_code" / "train.py"
 CODE_URI = "s3://code/v1/sourcedir.tar.gz"
 DATA_URI = "s3://data/train/"
 METRIC_DEFINITIONS = [
