@@ -28,9 +28,10 @@ from airflow_training_platform.control import LocalPlatformControl
 pytestmark = [pytest.mark.killpaths, pytest.mark.timeout(3000), pytest.mark.xdist_group(name="killpaths")]
 
 
-def scenario(key: str):
-    """Mark a test with its scenario and run it on every platform the scenario applies to."""
-    flavors = sorted(name for _, name in pairs([key]))
+def scenario(key: str, only=lambda flavor: True):
+    """Mark a test with its scenario and run it on every platform the scenario applies to (of those
+    ``only(flavor)`` keeps)."""
+    flavors = sorted(name for _, name in pairs([key]) if only(ALL_FLAVORS[name]))
 
     def mark(test):
         test = pytest.mark.scenario(key)(test)
@@ -383,7 +384,7 @@ def test_k21b_mapped_task_instances_with_one_name_stem_each_get_their_own_job(ou
     assert outcome.cancels == []
 
 
-@scenario("k20_events_across_triggerer_restart")
+@scenario("k20_events_across_triggerer_restart", only=lambda flavor: flavor.events)
 def test_k20_each_event_once_in_order_across_triggerer_restart(outcome):
     assert outcome.ti_state == "success"
     records = [json.loads(line) for line in outcome.notes["log"].splitlines()]
@@ -398,6 +399,21 @@ def test_k20_each_event_once_in_order_across_triggerer_restart(outcome):
     ]
     assert seen == platform_events, "events missing, repeated or out of order in the task log:\n" + "\n".join(
         trail
+    )
+
+
+@user_code_scenario("k20_events_across_triggerer_restart")
+def test_k20_stream_logs_writes_each_program_line_once_in_order_across_triggerer_restart(outcome):
+    assert outcome.ti_state == "success"
+    records = [json.loads(line) for line in outcome.notes["log"].splitlines()]
+    written = [
+        r["event"][len("[program] ") :] for r in records if r.get("event", "").startswith("[program] ")
+    ]
+    printed = [line for line in outcome.notes["program_lines"] if line]  # CloudWatch holds no empty line
+    assert len(printed) > 24, "the script printed fewer lines than its epochs"
+    restarts = [r.get("event", "") for r in records if "cursor" in r.get("event", "").lower()]
+    assert written == printed, (
+        "program lines missing, repeated or out of order in the task log:\n" + "\n".join(restarts)
     )
 
 

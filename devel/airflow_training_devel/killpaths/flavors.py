@@ -390,11 +390,15 @@ SAGEMAKER_USER_CODE = dataclasses.replace(
     spec=sagemaker_script_spec,
     user_code=True,
     events=False,
-    shapes=frozenset({"kp_deferred", "kp_exec_timeout_deferred", "kp_exec_timeout_resume"}),
-    scenarios=frozenset({"k1_mark_failed", "k5_execution_timeout_deferred", "k5b_timeout_retry_resumes"}),
+    shapes=frozenset({"kp_deferred", "kp_exec_timeout_deferred", "kp_exec_timeout_resume", "kp_program_log"}),
+    scenarios=frozenset({
+        "k1_mark_failed", "k5_execution_timeout_deferred", "k5b_timeout_retry_resumes",
+        "k20_events_across_triggerer_restart",
+    }),
 )
-"""SageMaker script mode running the user's own script (:mod:`.user_code`): K1 and K5, and K5b (the
-retry resumes from the checkpoint the script wrote on SIGTERM). The local platform of the stack
+"""SageMaker script mode running the user's own script (:mod:`.user_code`): K1 and K5, K5b (the
+retry resumes from the checkpoint the script wrote on SIGTERM) and K20 (``stream_logs``: the
+script's lines in the task log, each once, across a triggerer restart). The local platform of the stack
 runs user code (``--allow-user-code``) and has the script in its S3 before the DAGs run."""
 CELERY_SHAPES = frozenset({
     "kp_deferred", "kp_exec_timeout_deferred", "kp_medium_deferred", "kp_medium_sensor", "kp_running",

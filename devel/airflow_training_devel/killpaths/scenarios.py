@@ -998,16 +998,34 @@ def k18_reaper_when_triggerer_down(stack, platform, flavors: list[Flavor]) -> di
 
 
 def k20_events_across_triggerer_restart(stack, platform, flavors: list[Flavor]) -> dict[str, Outcome]:
-    """Events streamed into the task log, the triggerers restarted mid-stream: each event once, in order."""
+    """Events streamed into the task log, the triggerers restarted mid-stream: each event once, in
+    order. A user-code flavor streams its program's lines instead (``stream_logs``; the lines the
+    platform holds for the job are in ``notes["program_lines"]``)."""
     from airflow_training_provider.hooks.training import TrainingPlatformHook
 
-    started = _start_deferred_all(stack, platform, {f.key: f.dag("kp_events") for f in flavors})
+    shapes = {f.key: f.dag("kp_program_log" if f.user_code else "kp_events") for f in flavors}
+    started = _start_deferred_all(stack, platform, shapes)
     runs = {f.key: (f, *started[f.key]) for f in flavors}
     time.sleep(4)  # some events are written before the restart
     _restart_triggerers(stack)
     outcomes = {}
     for name, (flavor, dag, run_id, job) in runs.items():
         ti = stack.wait_ti(dag, run_id, "train", {"success", "failed"}, timeout=180)
+        if flavor.user_code:
+            lines = platform.job(job["job_id"])["logs"]
+            outcomes[name] = _finish(
+                stack,
+                platform,
+                "K20 program lines across a triggerer restart",
+                dag,
+                run_id,
+                expect_cancel=False,
+                log=stack.task_log(
+                    dag, run_id, "train", ti["try_number"], wait_for=(f"[program] {lines[-1]}",)
+                ),
+                program_lines=lines,
+            )
+            continue
         served = TrainingPlatformHook(flavor.conn_id).list_events(job["job_id"])
         last = f"[{served[-1].type}] {served[-1].message}" if served else "Platform event"
         outcomes[name] = _finish(
@@ -1265,7 +1283,7 @@ _TABLE = [
     Scenario(k17_already_failed, exclusive=True),
     Scenario(k18_reaper_when_triggerer_down, exclusive=True),
     Scenario(k19_platform_auto_cancel, applies=lambda f: f.auto_cancel_spec is not None),
-    Scenario(k20_events_across_triggerer_restart, exclusive=True, applies=lambda f: f.events),
+    Scenario(k20_events_across_triggerer_restart, exclusive=True, applies=lambda f: f.events or f.user_code),
     Scenario(k21_kill_one_mapped),
     Scenario(k21b_mapped_name_stem),
     Scenario(k22_worker_shutdown, executors=BOTH),

@@ -194,6 +194,15 @@ for flavor in ALL_FLAVORS.values():
         with dag(f"kp_events{sfx}"):
             PidRecordingSubmit(task_id="train", spec=spec(epochs=30, seconds_per_epoch=0.5), **fast_deferred)
 
+    if flavor.runs("kp_program_log") and flavor.user_code:  # K20: the program's lines across a restart
+        with dag(f"kp_program_log{sfx}"):
+            PidRecordingSubmit(
+                task_id="train",
+                spec=spec(epochs=24, seconds_per_epoch=0.5),
+                stream_logs=True,
+                **fast_deferred,
+            )
+
 
 # Secrets inside a job spec: references, a template and W&B connections, one DAG per path set.
 for dag_id, (flavor, secret_spec, extra) in secret_cases().items():
