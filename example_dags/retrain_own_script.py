@@ -77,6 +77,15 @@ def write_data_csv(directory: Path) -> Path:
     return path
 
 
+def code_files() -> dict[str, Path]:
+    """The files of the script directory, by their path in it (what a code upload sends)."""
+    return {
+        str(path.relative_to(CODE_DIR)): path
+        for path in sorted(CODE_DIR.rglob("*"))
+        if path.is_file() and "__pycache__" not in path.parts
+    }
+
+
 def copy_into_local_store(store: str, files: dict[str, Path]) -> None:
     """Copy ``{key: file}`` into the local platform's OSS or OBS directory (``store``: oss, obs)."""
     for key, src in files.items():
@@ -86,8 +95,9 @@ def copy_into_local_store(store: str, files: dict[str, Path]) -> None:
 
 
 def upload_sagemaker() -> None:
-    """``sourcedir.tar.gz`` (the script at its root, as the SageMaker SDK packs it) and the data,
-    with boto3's ``upload_file`` through the ``aws`` connection (its ``endpoint_url``: local S3)."""
+    """``sourcedir.tar.gz`` (the script directory at its root, as the SageMaker SDK packs it) and
+    the data, with boto3's ``upload_file`` through the ``aws`` connection (its ``endpoint_url``:
+    the local S3)."""
     from airflow.providers.amazon.aws.hooks.s3 import S3Hook
 
     hook = S3Hook(aws_conn_id=CONNECTIONS["sagemaker"])
@@ -97,27 +107,26 @@ def upload_sagemaker() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         archive = Path(tmp, "sourcedir.tar.gz")
         with tarfile.open(archive, "w:gz") as tar:
-            tar.add(CODE_DIR / "train.py", arcname="train.py")
+            for name, path in code_files().items():
+                tar.add(path, arcname=name)
         s3.upload_file(str(archive), BUCKET, "own-script/code/sourcedir.tar.gz")
         s3.upload_file(str(write_data_csv(Path(tmp))), BUCKET, "own-script/data/digits.csv")
 
 
 def upload_pai() -> None:
-    """The script as an object under the ``CodeDir`` prefix (as the PAI SDK uploads ``source_dir``)."""
+    """The script directory's files as objects under the ``CodeDir`` prefix (as the PAI SDK uploads
+    ``source_dir``), the data under the ``train`` channel's."""
+    code = {f"own-script/code/{name}": path for name, path in code_files().items()}
     with tempfile.TemporaryDirectory() as tmp:
-        data = write_data_csv(Path(tmp))
-        copy_into_local_store(
-            "oss", {"own-script/code/train.py": CODE_DIR / "train.py", "own-script/data/digits.csv": data}
-        )
+        copy_into_local_store("oss", {**code, "own-script/data/digits.csv": write_data_csv(Path(tmp))})
 
 
 def upload_modelarts() -> None:
-    """The script in the OBS ``code_dir`` (copied to ``${MA_JOB_DIR}/code`` in the job), the data."""
+    """The script directory in the OBS ``code_dir`` (the job gets it as ``${MA_JOB_DIR}/code``), the
+    data in the ``data_url`` input's directory."""
+    code = {f"own-script/code/{name}": path for name, path in code_files().items()}
     with tempfile.TemporaryDirectory() as tmp:
-        data = write_data_csv(Path(tmp))
-        copy_into_local_store(
-            "obs", {"own-script/code/train.py": CODE_DIR / "train.py", "own-script/data/digits.csv": data}
-        )
+        copy_into_local_store("obs", {**code, "own-script/data/digits.csv": write_data_csv(Path(tmp))})
 
 
 SPECS: dict[str, dict[str, Any]] = {

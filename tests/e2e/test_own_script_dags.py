@@ -39,7 +39,8 @@ from airflow_training_provider.ui.app import training_job_view
 
 dag_id = sys.argv[1]
 with create_session() as session:
-    run_id = session.scalars(select(DagRun.run_id).filter_by(dag_id=dag_id).order_by(DagRun.id.desc())).first()
+    latest = select(DagRun.run_id).filter_by(dag_id=dag_id).order_by(DagRun.id.desc())
+    run_id = session.scalars(latest).first()
     row = session.scalars(
         XComModel.get_many(run_id=run_id, key="return_value", dag_ids=dag_id, task_ids="train", limit=1)
     ).first()
@@ -123,7 +124,8 @@ def own_script_runs(user_code_airflow_env, tmp_path_factory) -> dict[str, Run]:
         assert reader.returncode == 0, stderr[-3000:]
         read = json.loads(stdout.strip().splitlines()[-1])
         runs[cloud].returned, runs[cloud].view = read["returned"], read["view"]
-    print(f"own-script DAGs: all three run and read in {time.monotonic() - started:.1f} s")
+    ran = ", ".join(f"{cloud} {run.seconds:.1f} s" for cloud, run in runs.items())
+    print(f"own-script DAGs: dags test ended after {ran}; all read after {time.monotonic() - started:.1f} s")
     return runs
 
 
