@@ -59,10 +59,10 @@ stop_requested = False
 
 
 def on_sigterm(signum: int, frame: object) -> None:
-    """The platform is stopping the job: finish the current epoch, save, exit (see ``train``)."""
+    """The platform is stopping the job: finish the current epoch, save, exit (see ``train``).
+    Only a flag here: printing from a signal handler can collide with the print it interrupted."""
     global stop_requested
     stop_requested = True
-    print("SIGTERM received: saving a checkpoint and stopping", flush=True)
 
 
 def platform_paths(args: argparse.Namespace) -> dict[str, str]:
@@ -109,11 +109,10 @@ def read_data(channel: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def save_checkpoint(directory: str, model: SGDClassifier, epoch: int) -> None:
-    """Write the checkpoint whole, then rename it into place: the platform may copy it at any time."""
+    """The model and its epoch, in one file the next job resumes from (the platform copies the
+    checkpoint directory's files to its storage as they change)."""
     os.makedirs(directory, exist_ok=True)
-    partial = os.path.join(directory, CHECKPOINT + ".partial")
-    joblib.dump({"model": model, "epoch": epoch}, partial)
-    os.replace(partial, os.path.join(directory, CHECKPOINT))
+    joblib.dump({"model": model, "epoch": epoch}, os.path.join(directory, CHECKPOINT))
 
 
 def train(args: argparse.Namespace, paths: dict[str, str]) -> dict[str, float]:
@@ -145,10 +144,12 @@ def train(args: argparse.Namespace, paths: dict[str, str]) -> dict[str, float]:
             f"validation_accuracy={metrics['validation_accuracy']:.4f}",
             flush=True,
         )
-        save_checkpoint(paths["checkpoints"], model, epoch)
-        if stop_requested:
+        if stop_requested:  # saved after the flag was seen, so the checkpoint always follows the stop
+            save_checkpoint(paths["checkpoints"], model, epoch)
+            print("SIGTERM received: saved a checkpoint, stopping", flush=True)
             print(f"stopped after epoch {epoch}; the checkpoint is in {paths['checkpoints']}", flush=True)
             sys.exit(0)
+        save_checkpoint(paths["checkpoints"], model, epoch)
 
     if first_epoch > args.epochs:  # resumed from a checkpoint of the last epoch: nothing left to train
         metrics = evaluate()

@@ -64,7 +64,7 @@ def test_the_example_script_saves_a_checkpoint_on_sigterm(tmp_path, capsys, monk
     assert status == 0, out
     assert out.startswith("READY")
     assert "checkpoints written after the stop: checkpoint.joblib" in out
-    assert "SIGTERM received: saving a checkpoint and stopping" in out
+    assert "SIGTERM received: saved a checkpoint, stopping" in out
     assert re.search(r"stopped after epoch \d+; the checkpoint is in ", out), out
 
 
