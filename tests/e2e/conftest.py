@@ -22,6 +22,8 @@ AIRFLOW = str(Path(sys.executable).with_name("airflow"))
 
 @dataclass
 class AirflowEnv:
+    """One Airflow home (database, dags folder) and the environment its commands run in."""
+
     home: Path
     env: dict[str, str]
     registry: Path
@@ -60,6 +62,8 @@ def airflow_env(tmp_path_factory, platform, broke_platform) -> AirflowEnv:
     dags.mkdir()
     for src in [*(ROOT / "example_dags").glob("*.py"), *(Path(__file__).parent / "dags").glob("*.py")]:
         shutil.copy(src, dags / src.name)
+    # the user's own training code the own-script examples upload (``training_code/train.py``)
+    shutil.copytree(ROOT / "example_dags" / "training_code", dags / "training_code")
     registry = home / "registry"
     env = {
         **os.environ,
@@ -76,3 +80,25 @@ def airflow_env(tmp_path_factory, platform, broke_platform) -> AirflowEnv:
     migrate = subprocess.run([AIRFLOW, "db", "migrate"], env=env, capture_output=True, text=True, timeout=300)
     assert migrate.returncode == 0, migrate.stdout + migrate.stderr
     return AirflowEnv(home=home, env=env, registry=registry)
+
+
+@pytest.fixture(scope="session")
+def user_code_platform(tmp_path_factory):
+    """A local platform started with ``--allow-user-code``: it runs the training code a job names
+    (SageMaker script mode, PAI ``CodeDir``, ModelArts ``code_dir``) by each platform's contract."""
+    with LocalPlatformServer(
+        tmp_path_factory.mktemp("user-code-platform"), gpus=3, allow_user_code=True, **server_options()
+    ) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def user_code_airflow_env(airflow_env, user_code_platform) -> AirflowEnv:
+    """``airflow_env`` with every local connection pointing at :func:`user_code_platform`, and
+    ``TRAINING_PLATFORM_DATA_DIR`` its data directory (the examples copy into its OSS and OBS)."""
+    env = {
+        **airflow_env.env,
+        **connection_env(user_code_platform.url),
+        "TRAINING_PLATFORM_DATA_DIR": user_code_platform.data_dir,
+    }
+    return AirflowEnv(home=airflow_env.home, env=env, registry=airflow_env.registry)
