@@ -42,7 +42,7 @@ test: $(STAMP) typecheck postgres redis browser
 
 # The local platform and Airflow with the example DAGs, for a look at the UI; Ctrl-C stops it all.
 ui: $(STAMP) postgres
-	$(BIN)/python -m airflow_training_devel.devstack --workdir .ui --dags-folder example_dags
+	$(BIN)/python -m airflow_training_devel.devstack --workdir .ui --dags-folder example_dags --allow-user-code
 
 # What a waiting job costs the triggerer: the trigger against baselines at 1,000/5,000/10,000 pollers
 # (not part of `make test`; about 20 minutes; writes docs/images/trigger-cpu-per-poll.png).

@@ -231,6 +231,7 @@ for platform, spec in SPECS.items():
             spec=spec,
             deferrable=True,
             poll_interval=2,
+            stream_logs=True,  # train.py's own lines in this task's log, as it prints them
         )
 
         @task.short_circuit

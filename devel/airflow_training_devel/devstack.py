@@ -88,6 +88,8 @@ def dev_stack(
     try:
         with LocalPlatformServer(str(workdir / "platform"), **options) as platform:
             extra_env = {"TRAINING_MODEL_REGISTRY": str(workdir / "registry"), **(env or {})}
+            if platform_options.get("allow_user_code"):  # the own-script examples copy into its OSS/OBS
+                extra_env["TRAINING_PLATFORM_DATA_DIR"] = platform.data_dir
             stack = AirflowStack(
                 workdir / "airflow",
                 dags_folder,
@@ -119,6 +121,11 @@ def main(argv: list[str] | None = None) -> int:
         default=3.0,
         help="local platform pace; also the example DAG's default",
     )
+    parser.add_argument(
+        "--allow-user-code",
+        action="store_true",
+        help="let the local platform run the training code a spec names (the *_retrain_own_script examples)",
+    )
     args = parser.parse_args(argv)
     shutil.rmtree(args.workdir, ignore_errors=True)  # a fresh start: the previous run's home and data
     print("Starting the local training platform and Airflow (about a minute) ...", flush=True)
@@ -128,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         port=args.port,
         env={"TRAINING_SECONDS_PER_EPOCH": str(args.seconds_per_epoch)},
         seconds_per_epoch=args.seconds_per_epoch,
+        allow_user_code=args.allow_user_code,
     ) as (platform, stack):
         user, password = stack.login or ("", "")
         print(

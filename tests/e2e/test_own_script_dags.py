@@ -177,6 +177,8 @@ def test_own_script_example_trains_with_the_script_and_promotes_on_its_metrics(
     assert [epoch_metrics(line)["epoch"] for line in epochs] == [float(e) for e in range(1, 11)]
     last = epoch_metrics(epochs[-1])
     assert last["validation_accuracy"] >= 0.90
+    # stream_logs=True: the script's lines in the task log, once each
+    assert out.count(f"[program] {epochs[-1]}") == 1, out[-3000:]
 
     # the model where the platform collects it, trained
     returned, view = run.returned, run.view
