@@ -196,6 +196,7 @@ def pai_program(spec: dict[str, Any], data_dir: str) -> ProgramSource:
     from airflow_training_platform.platforms.pai.user_code import is_user_code, parse_user_code
 
     body = {"TrainingJobName": "stop-check", **spec}
+    body["HyperParameters"] = _pairs(body.get("HyperParameters"), "Name", "Value")
     if not is_user_code(body, {}):
         raise ValueError("the spec names no program: CodeDir is missing")
     return parse_user_code(body, data_dir, {})
@@ -209,9 +210,22 @@ def modelarts_program(spec: dict[str, Any], data_dir: str) -> ProgramSource:
     from airflow_training_platform.platforms.modelarts.user_code import is_user_code, parse_user_code
 
     body = {"kind": "job", "metadata": {"name": "stop-check"}, **spec}
+    if isinstance(body.get("algorithm"), dict):
+        algorithm = body["algorithm"] = dict(body["algorithm"])
+        algorithm["parameters"] = _pairs(algorithm.get("parameters"), "name", "value")
     if not is_user_code(body, {}):
         raise ValueError("the spec names no program: algorithm.code_dir and boot_file are missing")
     return parse_user_code(body, data_dir, {})
+
+
+def _pairs(value: Any, name_key: str, value_key: str) -> Any:
+    """Hyperparameters as the platform's request carries them, ``[{name_key: …, value_key: "…"}]``,
+    also from the mapping a DAG's spec may use (``{"epochs": 3}``; the provider turns it into pairs
+    before it submits), so a spec copied from a DAG checks as it would run. Anything else is left
+    for the platform's own validation."""
+    if isinstance(value, dict):
+        return [{name_key: name, value_key: str(v)} for name, v in value.items()]
+    return value
 
 
 PROGRAM_SOURCES: dict[str, Callable[[dict[str, Any], str], ProgramSource]] = {

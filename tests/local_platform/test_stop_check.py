@@ -78,11 +78,11 @@ def test_a_script_that_does_not_save_is_not_ready_and_says_why(tmp_path, capsys,
 
 def test_a_pai_command_that_saves_on_sigterm_is_ready(tmp_path, capsys):
     put_pai_code_and_data(str(tmp_path))
-    hyper = {"epochs": "1000", "seconds_per_epoch": "0.2"}
+    hyper = {"epochs": 1000, "seconds_per_epoch": 0.2}
     spec = {
         "CodeDir": {"LocationType": "oss", "LocationValue": PAI_CODE},
         "AlgorithmSpec": {"Command": PAI_COMMAND, "Image": "local/numpy:1"},
-        "HyperParameters": [{"Name": k, "Value": v} for k, v in hyper.items()],
+        "HyperParameters": hyper,  # the mapping a DAG's spec may use, as the provider accepts it
         "InputChannels": [{"Name": "train", "InputUri": PAI_DATA_URI}],
         "OutputChannels": [
             {"Name": "model", "OutputUri": "oss://out/model/"},
@@ -100,8 +100,11 @@ def test_a_pai_command_that_saves_on_sigterm_is_ready(tmp_path, capsys):
 
 def test_a_modelarts_boot_file_that_saves_on_sigterm_is_ready(tmp_path, capsys):
     modelarts_user_code.put_code_and_data(str(tmp_path))
+    algorithm = modelarts_user_code.algorithm("/out/stop-check", epochs=1000, seconds_per_epoch=0.2)
+    # the mapping a DAG's spec may use for parameters, as the provider accepts it
+    algorithm["parameters"] = {p["name"]: p["value"] for p in algorithm["parameters"]}
     spec = {
-        "algorithm": modelarts_user_code.algorithm("/out/stop-check", epochs=1000, seconds_per_epoch=0.2),
+        "algorithm": algorithm,
         "spec": {"resource": {"flavor_id": "modelarts.vm.cpu.2u", "node_count": 1}},
     }
     path = tmp_path / "spec.json"
