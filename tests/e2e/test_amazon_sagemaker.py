@@ -39,9 +39,9 @@ def server(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def airflow_env(tmp_path_factory, server) -> dict[str, str]:
-    """An Airflow home of its own (SQLite) whose dags folder is ``amazon_dags/`` and whose
-    ``aws_user_code`` connection is the local platform (``endpoint_url`` extra)."""
+def airflow_env(tmp_path_factory):
+    """An Airflow home of its own (SQLite) whose dags folder is ``amazon_dags/``: its environment and
+    the ``airflow db migrate`` still running (it overlaps the server's start)."""
     home = tmp_path_factory.mktemp("airflow-amazon")
     env = {
         **os.environ,
@@ -50,23 +50,32 @@ def airflow_env(tmp_path_factory, server) -> dict[str, str]:
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
-        "AIRFLOW_CONN_AWS_USER_CODE": aws_connection(server.url),
         "ATP_E2E_AMAZON_RUN": RUN,
         "ATP_E2E_DESCRIBE_GATE_SPEEDUP": "100",
         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
         "PYTHONUNBUFFERED": "1",
     }
-    migrate = subprocess.run([AIRFLOW, "db", "migrate"], env=env, capture_output=True, text=True, timeout=300)
-    assert migrate.returncode == 0, migrate.stdout + migrate.stderr
-    return env
+    migrate = subprocess.Popen(
+        [AIRFLOW, "db", "migrate"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        yield env, migrate
+    finally:
+        if migrate.poll() is None:
+            migrate.kill()
+            migrate.wait()
 
 
 @pytest.fixture(scope="module")
-def dag_run(airflow_env) -> dict[str, str]:
-    """One ``airflow dags test e2e_amazon_sagemaker``: its output split by task id."""
+def dag_run(airflow_env, server) -> dict[str, str]:
+    """One ``airflow dags test e2e_amazon_sagemaker``, its ``aws_user_code`` connection the local
+    platform (``endpoint_url`` extra): its output split by task id."""
+    env, migrate = airflow_env
+    migrated = migrate.communicate(timeout=300)[0]
+    assert migrate.returncode == 0, migrated
     run = subprocess.run(
         [AIRFLOW, "dags", "test", "e2e_amazon_sagemaker"],
-        env=airflow_env,
+        env={**env, "AIRFLOW_CONN_AWS_USER_CODE": aws_connection(server.url)},
         capture_output=True,
         text=True,
         timeout=180,
@@ -87,8 +96,10 @@ def test_the_sensor_with_its_defaults_waits_for_the_job_and_prints_the_scripts_l
     assert job(server, f"sensor-{RUN}")["state"] == "succeeded"
     log = dag_run["watch"]
     # the training program's own lines, in order, printed by the sensor's log loop
-    assert [int(m[1]) for m in EPOCH_LINE.finditer(log)] == [1, 2, 3], log[-5000:]
-    assert "progress 3/3" in log and "training complete" in log
+    assert [int(m[1]) for m in EPOCH_LINE.finditer(log)] == [1, 2, 3, 4], log[-5000:]
+    assert "progress 4/4" in log and "training complete" in log
+    # it waited: it poked while the job ran (2 s of epochs), once a second
+    assert "job currently InProgress" in log and "job currently Completed" in log
     assert re.search(r"Billable seconds: \d+", log)
     assert not EPOCH_LINE.search(dag_run["submit"])
 

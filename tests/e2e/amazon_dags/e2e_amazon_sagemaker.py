@@ -59,7 +59,7 @@ with DAG(dag_id="e2e_amazon_sagemaker", schedule=None, start_date=datetime(2026,
     # (print_log=True); poke_interval=1 instead of 60 s for a job of seconds.
     submit = SageMakerTrainingOperator(
         task_id="submit",
-        config=script_job(f"sensor-{RUN}", epochs=3),
+        config=script_job(f"sensor-{RUN}", epochs=4),
         aws_conn_id=CONN_ID,
         wait_for_completion=False,
         print_log=False,
