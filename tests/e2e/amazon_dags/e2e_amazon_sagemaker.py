@@ -1,6 +1,6 @@
 """The Amazon provider's own SageMaker operator and sensor, with their defaults, on a script-mode job
-(the user's ``train.py``, ``tests/data/user_code``) against the local platform: copied into its own
-dags folder by ``tests/e2e/test_amazon_sagemaker.py``, which sets the environment read here.
+(the user's ``train.py``, ``tests/data/user_code``) against the local platform. This folder is the
+dags folder of ``tests/e2e/test_amazon_sagemaker.py``'s Airflow, which sets the environment read here.
 
 ``ATP_E2E_AMAZON_RUN`` makes the job names unique per test run. ``ATP_E2E_DESCRIBE_GATE_SPEEDUP``
 (a factor) runs the clock of the provider's hook module that faster: its log loop calls
