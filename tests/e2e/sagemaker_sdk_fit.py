@@ -20,7 +20,7 @@ from sagemaker.sklearn import SKLearn
 # DescribeTrainingJob at most every 30 s of time.time(): run that module's clock 100 times faster and
 # cap its sleeps at 0.2 s, so the loop tails a job of seconds and ends within a second of it.
 _real = time.time
-sagemaker.session.time = SimpleNamespace(  # type: ignore[attr-defined]
+sagemaker.session.time = SimpleNamespace(
     time=lambda: _real() * 100, sleep=lambda seconds: time.sleep(min(seconds, 0.2))
 )
 

@@ -27,7 +27,7 @@ RUN = os.environ.get("ATP_E2E_AMAZON_RUN", "dev")
 
 if speedup := float(os.environ.get("ATP_E2E_DESCRIBE_GATE_SPEEDUP", "0")):
     _real = time.monotonic
-    sagemaker_hook_module.time = SimpleNamespace(sleep=time.sleep, monotonic=lambda: _real() * speedup)  # type: ignore[attr-defined]
+    sagemaker_hook_module.time = SimpleNamespace(sleep=time.sleep, monotonic=lambda: _real() * speedup)
 
 
 def script_job(name: str, epochs: int) -> dict:
