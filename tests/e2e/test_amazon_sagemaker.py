@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from airflow_training_devel.user_code import DATA_URI, put_code_and_data
 from airflow_training_platform.control import LocalPlatformControl
 from airflow_training_platform.server import LocalPlatformServer
 from tests.conftest import API_KEY, aws_connection, server_options
-from tests.e2e.conftest import AIRFLOW, ROOT
-from tests.user_code import DATA_URI, put_code_and_data
+from tests.e2e.conftest import AIRFLOW
 
 DAGS = Path(__file__).parent / "amazon_dags"
 RUN = uuid.uuid4().hex[:8]
@@ -52,7 +52,6 @@ def airflow_env(tmp_path_factory):
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
         "ATP_E2E_AMAZON_RUN": RUN,
         "ATP_E2E_DESCRIBE_GATE_SPEEDUP": "100",
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
         "PYTHONUNBUFFERED": "1",
     }
     migrate = subprocess.Popen(

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
+from airflow_training_devel.user_code import DATA_URI, SCRIPT, put_code_and_data
 from airflow_training_platform.control import LocalPlatformControl
 from airflow_training_platform.server import LocalPlatformServer
 from tests.conftest import API_KEY, AWS_ACCESS_KEY_ID, server_options
 from tests.e2e.conftest import ROOT
-from tests.user_code import DATA_URI, SCRIPT, put_code_and_data
 
 SDK_PYTHON = ROOT / "build" / "sagemaker-sdk-venv" / "bin" / "python"
 BUCKET = "sagemaker-local"

@@ -20,7 +20,7 @@ from airflow.providers.amazon.aws.operators.sagemaker import SageMakerTrainingOp
 from airflow.providers.amazon.aws.sensors.sagemaker import SageMakerTrainingSensor
 from airflow.sdk import DAG
 
-from tests.user_code import DATA_URI, METRIC_DEFINITIONS, script_hyperparameters
+from airflow_training_devel.user_code import DATA_URI, METRIC_DEFINITIONS, script_hyperparameters
 
 CONN_ID = "aws_user_code"
 RUN = os.environ.get("ATP_E2E_AMAZON_RUN", "dev")
