@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test fast lint typecheck clean postgres redis browser ui bench
+.PHONY: demo test fast lint typecheck clean postgres redis browser ui bench sagemaker-sdk
 
 # Three distributions from this repository: the provider (.), the local training platform
 # (local-platform/) and the private development harness with the test tools (devel/).
@@ -14,6 +14,18 @@ $(STAMP): pyproject.toml local-platform/pyproject.toml devel/pyproject.toml cons
 	$(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python -c constraints.txt \
 		-e . -e ./local-platform -e ./devel
 	touch $(STAMP)
+
+# The SageMaker Python SDK v2 in a venv of its own (it would downgrade Airflow's packaging, attrs and
+# protobuf): tests/e2e/test_sagemaker_sdk.py runs `Estimator.fit()` with it. Pinned by its own
+# constraints file (`uv pip freeze` of the venv); built once, kept by its stamp.
+SDK_VENV := build/sagemaker-sdk-venv
+SDK_STAMP := $(SDK_VENV)/.installed
+$(SDK_STAMP): $(STAMP) devel/sagemaker-sdk-constraints.txt
+	$(BIN)/uv venv -q --allow-existing $(SDK_VENV)
+	$(BIN)/uv pip install -q --python $(SDK_VENV)/bin/python -c devel/sagemaker-sdk-constraints.txt "sagemaker<3"
+	touch $(SDK_STAMP)
+
+sagemaker-sdk: $(SDK_STAMP)
 
 demo: $(STAMP)
 	$(BIN)/python scripts/demo.py
@@ -35,7 +47,7 @@ browser:
 
 # The types first (`make typecheck`), then pure logic and in-process runs three at a time (as
 # `make fast`), then the tiers that start servers.
-test: $(STAMP) typecheck postgres redis browser
+test: $(STAMP) typecheck postgres redis browser sagemaker-sdk
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n 3 tests/unit tests/inprocess
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15 --ignore=tests/unit --ignore=tests/inprocess
@@ -67,4 +79,4 @@ typecheck: $(STAMP)
 	$(BIN)/python -m mypy
 
 clean:
-	rm -rf $(VENV) .demo .ui test-artifacts .mypy_cache
+	rm -rf $(VENV) $(SDK_VENV) .demo .ui test-artifacts .mypy_cache

@@ -5,6 +5,7 @@ it — boto3's own ``logs`` client, the Amazon provider's ``SageMakerHook`` log 
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 import uuid
@@ -242,6 +243,38 @@ def test_the_amazon_training_operator_with_its_defaults_prints_the_scripts_outpu
     messages = printed(captured)
     assert [m.split()[0] for m in messages if m.startswith("epoch=")] == ["epoch=1", "epoch=2", "epoch=3"]
     assert "training complete" in messages
+
+
+def test_the_amazon_providers_async_logs_hook_reads_the_stream_through_aiobotocore(
+    server, aws_conn, finished
+):
+    """``AwsLogsHook``'s aiobotocore client (what the provider's async log reads use): the job's
+    stream by ``describe_log_streams_async`` and its events, the program's lines, in one page.
+
+    Not ``get_log_events_async`` itself: in provider 9.39 it has no way out of its ``while True``
+    (it neither returns when ``nextForwardToken`` repeats nor after empty pages), against AWS too."""
+    from airflow.providers.amazon.aws.hooks.logs import AwsLogsHook
+
+    hook = AwsLogsHook(aws_conn_id=CONN_ID)
+
+    async def read() -> tuple[dict | None, dict]:
+        streams = await hook.describe_log_streams_async(GROUP, finished + "/", "LogStreamName", 1)
+        assert streams is not None
+        async with await hook.get_async_conn() as client:
+            page = await client.get_log_events(
+                logGroupName=GROUP,
+                logStreamName=streams["logStreams"][0]["logStreamName"],
+                startTime=0,
+                startFromHead=True,
+            )
+        missing = await hook.describe_log_streams_async(
+            "/aws/sagemaker/NoSuchGroup", "x/", "LogStreamName", 1
+        )
+        return missing, page
+
+    missing, page = asyncio.run(read())
+    assert missing is None  # ResourceNotFoundException, which the async hook turns into None
+    assert [e["message"] for e in page["events"]] == [line["line"] for line in file_lines(server, finished)]
 
 
 def test_a_built_in_trainer_jobs_stream_holds_its_reports_from_its_start(logs, sm):
