@@ -232,7 +232,19 @@ def test_each_map_index_and_each_try_shows_its_own_job_and_other_tasks_say_they_
     assert frame.locator("#job-id").inner_text() == tries[1]["job_id"]
     assert frame.locator("#state").get_attribute("data-state") == "failed"
     assert frame.locator("#console-link").get_attribute("href") == tries[1]["console_url"]
-    assert frame.locator("#program-log").is_hidden()  # the program's log lines: a later change
+    assert frame.locator("#program-log").is_hidden()  # TensorOne has no program log
+
+    # a job with a log (SageMaker's CloudWatch stream): the tab shows its lines, as the data route has them
+    wait_for(
+        lambda: ui.stack.ti_state(MAPPED, run_id, "logged") == "success", 120, "the logged task to succeed"
+    )
+    program_log = ui.view(MAPPED, run_id, "logged")["program_log"]
+    lines = program_log["lines"]
+    assert any(line.startswith("Epoch 2") for line in lines) and program_log["complete"], program_log
+    page.goto(f"{ui.stack.url}/dags/{MAPPED}/runs/{run_id}/tasks/logged/plugin/training-job")
+    frame = page.frame_locator("iframe[src*='/training-job/view']")
+    frame.locator("#program-log-lines").wait_for(timeout=60_000)
+    assert frame.locator("#program-log-lines").inner_text().splitlines() == lines
     # Airflow's own try selector puts ?try_number= in the page's address: the tab starts on that try
     page.goto(f"{ui.stack.url}/dags/{MAPPED}/runs/{run_id}/tasks/retried/plugin/training-job?try_number=1")
     frame = page.frame_locator("iframe[src*='/training-job/view']")

@@ -1,6 +1,7 @@
 """A mapped training task: one job per map index (the "Training job" view shows each); and a task
 whose first try's job fails (a bad learning rate on try 1 only) and whose retry's job succeeds
-(the view and the console link show each try's own job)."""
+(the view and the console link show each try's own job); and a SageMaker job whose log lines the
+tab shows (``stream_logs``: the built-in trainer's lines in its CloudWatch stream)."""
 
 from __future__ import annotations
 
@@ -47,5 +48,20 @@ with DAG(
                     "learning_rate": "{{ -0.5 if ti.try_number == 1 else 0.001 }}",
                 }
             },
+        },
+    )
+    SubmitTrainingJobOperator(
+        task_id="logged",
+        conn_id="aws_local",
+        deferrable=True,
+        poll_interval=1,
+        stream_logs=True,
+        spec={
+            "RoleArn": "arn:aws:iam::123456789012:role/UiTest",
+            "AlgorithmSpecification": {"TrainingImage": "local/digits-mlp:1", "TrainingInputMode": "File"},
+            "OutputDataConfig": {"S3OutputPath": "s3://ui/output"},
+            "ResourceConfig": {"InstanceType": "ml.m5.large", "InstanceCount": 1, "VolumeSizeInGB": 10},
+            "StoppingCondition": {"MaxRuntimeInSeconds": 600},
+            "HyperParameters": {"epochs": "2", "seconds_per_epoch": "0.3"},
         },
     )
