@@ -213,21 +213,20 @@ def log_cancel(log: TaskLog, result: CancelResult, job: TrainingJob) -> None:
         # after a trigger's deadline cancel the job has usually stopped by the time the task
         # resumes: still say where its checkpoint is (SageMaker: CheckpointConfig.S3Uri)
         kept = result.final_checkpoint_id or result.final_checkpoint_path
+        told = kept or result.final_checkpoint_written is not None
         log.info(
             "Training job %s had already ended (%s); nothing to cancel%s",
             result.job_id,
             result.state.value,
-            f"; final checkpoint {result.final_checkpoint_id} ({result.final_checkpoint_path})"
-            if kept
-            else "",
+            f"; {result.final_checkpoint_text()}" if told else "",
         )
         return
+    # "final checkpoint written after the stop: <path>" where the platform tells (CancelResult)
     log.warning(
-        "Training job %s cancelled: state %s, final checkpoint %s (%s), final metrics %s, cost $%s",
+        "Training job %s cancelled: state %s, %s, final metrics %s, cost $%s",
         result.job_id,
         job.state.value,
-        result.final_checkpoint_id,
-        result.final_checkpoint_path,
+        result.final_checkpoint_text(),
         result.final_metrics,
         result.cost.total_usd,
     )

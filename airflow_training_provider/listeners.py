@@ -535,11 +535,10 @@ class MarkFailedListener:
         )
         final = complete_cancel_result(result, job)
         log.warning(
-            "Mark-failed listener: job %s %s; final checkpoint %s (%s), metrics %s, cost $%s",
+            "Mark-failed listener: job %s %s; %s, metrics %s, cost $%s",
             verdict.job_id,
             job.state.value,
-            final.final_checkpoint_id,
-            final.final_checkpoint_path,
+            final.final_checkpoint_text(),
             final.final_metrics,
             final.cost.total_usd,
         )

@@ -158,6 +158,10 @@ class TrainingJob(_Model):
         (a poll may leave it out: the guards read the full job once to learn it).
     :ivar updated_at: the platform's last change of the job, timezone-aware UTC. Optional,
         informational.
+    :ivar final_checkpoint_written: for a stopped job, whether its program wrote a checkpoint after
+        the stop signal (those files are its ``final`` checkpoints); ``None`` where the platform
+        does not say (no real SageMaker, PAI or ModelArts answer does; the local platform does for a
+        user-code job, see the platform's doc) and for a job that was not stopped.
     """
 
     id: str
@@ -178,6 +182,7 @@ class TrainingJob(_Model):
     created_at: datetime | None = None
     started_at: datetime | None = None
     updated_at: datetime | None = None
+    final_checkpoint_written: bool | None = None
 
     @property
     def is_terminal(self) -> bool:
@@ -218,6 +223,11 @@ class CancelResult(_Model):
         confirmed cancel, the terminal state).
     :ivar already_terminal: the job had already ended; nothing was cancelled.
     :ivar final_checkpoint_id: checkpoint saved by the cancel, if any.
+    :ivar final_checkpoint_path: its storage location; where the platform only keeps the job's
+        checkpoints at a location without listing them (``Checkpoint.kind == "location"``), that.
+    :ivar final_checkpoint_written: whether the job's program wrote a checkpoint after the stop
+        signal (then ``final_checkpoint_id``/``_path`` name the newest file);
+        ``None``: the platform cannot tell (:attr:`TrainingJob.final_checkpoint_written`).
     :ivar final_metrics: metrics at the moment of cancelling.
     :ivar cost: spend in USD up to the cancel.
     """
@@ -227,8 +237,21 @@ class CancelResult(_Model):
     already_terminal: bool = False
     final_checkpoint_id: str | None = None
     final_checkpoint_path: str | None = None
+    final_checkpoint_written: bool | None = None
     final_metrics: dict[str, Any] = Field(default_factory=dict)
     cost: Cost = Field(default_factory=Cost)
+
+    def final_checkpoint_text(self) -> str:
+        """The final checkpoint as a log line says it: ``final checkpoint written after the stop:
+        <path>`` or ``no final checkpoint written after the stop; checkpoints at <path>`` where the
+        platform tells (:attr:`final_checkpoint_written`), else ``final checkpoint <id> (<path>)``."""
+        where = self.final_checkpoint_path or self.final_checkpoint_id
+        if self.final_checkpoint_written:
+            return f"final checkpoint written after the stop: {where}"
+        if self.final_checkpoint_written is False:
+            kept = f"; checkpoints at {self.final_checkpoint_path}" if self.final_checkpoint_path else ""
+            return f"no final checkpoint written after the stop{kept}"
+        return f"final checkpoint {self.final_checkpoint_id} ({self.final_checkpoint_path})"
 
 
 def no_cancel_needed(job: TrainingJob) -> CancelResult | None:
@@ -245,8 +268,8 @@ def no_cancel_needed(job: TrainingJob) -> CancelResult | None:
 
 
 def complete_cancel_result(result: CancelResult, job: TrainingJob) -> CancelResult:
-    """Fill a cancel result with what the job shows once it stopped: final state, final checkpoint,
-    metrics and cost."""
+    """Fill a cancel result with what the job shows once it stopped: final state, final checkpoint
+    (and whether the program wrote one after the stop, where the platform says), metrics and cost."""
     final = job.final_checkpoint if job.is_terminal else None
     update: dict[str, Any] = {"state": job.state}
     if final is not None and (result.final_checkpoint_id in (None, final.id)) and final.kind == "final":
@@ -254,6 +277,8 @@ def complete_cancel_result(result: CancelResult, job: TrainingJob) -> CancelResu
     elif final is not None and final.kind == "location" and job.is_terminal:
         # the platform keeps the job's own checkpoints at a location (SageMaker: CheckpointConfig.S3Uri)
         update |= {"final_checkpoint_path": final.path}
+    if job.is_terminal and job.final_checkpoint_written is not None:
+        update["final_checkpoint_written"] = job.final_checkpoint_written
     if job.metrics and not result.final_metrics:
         update["final_metrics"] = dict(job.metrics)
     if job.cost.total_usd is not None:

@@ -21,7 +21,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, ClassVar, TypeVar
 
@@ -122,6 +122,47 @@ def local_cost_usd(body: Any) -> float | None:
     :returns: the cost, or ``None``: a real platform's answer (no such field) or not a number."""
     value = body.get(LOCAL_COST_FIELD) if isinstance(body, dict) else None
     return float(value) if isinstance(value, int | float) else None
+
+
+#: the field the local training platform adds to the job object of a *stopped user-code job* of a
+#: platform that does not say whether the program saved anything after the stop signal (SageMaker,
+#: PAI, ModelArts; the emulator's ``platforms/common.py``, ``FINAL_CHECKPOINT_FIELD``):
+#: ``{"written": bool, "files": [name relative to the checkpoint directory, oldest first],
+#: "location": checkpoint directory URI | null, "at": epoch seconds of the newest | null}``. No
+#: real platform sends it; it is read in one place, :func:`local_final_checkpoint`.
+LOCAL_FINAL_CHECKPOINT_FIELD = "x_local_final_checkpoint"
+
+
+def local_final_checkpoint(body: Any, location: str | None) -> tuple[bool | None, list[Checkpoint]]:
+    """What the program of a stopped job wrote after the stop signal, as the local training platform
+    reports it in :data:`LOCAL_FINAL_CHECKPOINT_FIELD` (a dialect calls this while parsing, as it
+    does :func:`local_cost_usd`).
+
+    :param body: the decoded job object.
+    :param location: the job's checkpoint location as the dialect read it from the job (SageMaker
+        ``CheckpointConfig.S3Uri``, a ``checkpoints`` output channel); used when the field names none.
+    :returns: ``(written, checkpoints)``: ``written`` for
+        :attr:`~airflow_training_provider.models.TrainingJob.final_checkpoint_written` (``None``: a
+        real platform's answer, no such field, or a malformed one); ``checkpoints`` one
+        ``kind="final"`` checkpoint per file, id the file name, path ``<location>/<file>``, the newest
+        last with ``created_at``; empty when none was written."""
+    field = body.get(LOCAL_FINAL_CHECKPOINT_FIELD) if isinstance(body, dict) else None
+    if not isinstance(field, dict) or not isinstance(field.get("written"), bool):
+        return None, []
+    where = field.get("location") if isinstance(field.get("location"), str) else location
+    files = [f for f in field.get("files") or [] if isinstance(f, str) and f]
+    at = field.get("at")
+    newest = datetime.fromtimestamp(at, UTC) if isinstance(at, int | float) else None
+    checkpoints = [
+        Checkpoint(
+            id=name,
+            kind="final",
+            path=f"{where.rstrip('/')}/{name}" if where else None,
+            created_at=newest if i == len(files) - 1 else None,
+        )
+        for i, name in enumerate(files)
+    ]
+    return field["written"], checkpoints
 
 
 #: the identity tags a task instance is named by (every try of it carries the same values).

@@ -59,6 +59,7 @@ from airflow_training_provider.platforms.base import (
     LogPage,
     WireModel,
     local_cost_usd,
+    local_final_checkpoint,
     name_value_pairs,
     retry_after_seconds,
     tag_pairs,
@@ -551,6 +552,8 @@ class ModelArtsDialect(Dialect):
             name = next(c.name for c in outputs if c.obs_url == location)
             checkpoints.append(Checkpoint(id=name or "checkpoints", kind="location", path=location))
             artifacts["checkpoints"] = location
+        written, finals = local_final_checkpoint(body, location)  # the local platform's user code only
+        checkpoints += finals
         if model := _channel(outputs, ("model", "model_url")):
             artifacts["model"] = model
         metadata = wire.metadata
@@ -570,6 +573,7 @@ class ModelArtsDialect(Dialect):
             tags=[f"{k}:{v}" for k, v in metadata.annotations.items() if k.startswith(ANNOTATION_PREFIX)],
             created_at=_millis(metadata.create_time),
             started_at=_millis(status.start_time),
+            final_checkpoint_written=written,
         )
 
     def parse_cancel(self, job_id: str, body: Any) -> CancelResult:

@@ -59,6 +59,7 @@ from airflow_training_provider.platforms.base import (
     LogPage,
     WireModel,
     local_cost_usd,
+    local_final_checkpoint,
     name_value_pairs,
     retry_after_seconds,
     tag_pairs,
@@ -522,6 +523,8 @@ class PaiDialect(Dialect):
         if location := _channel_uri(wire.OutputChannels, CHECKPOINT_CHANNEL):
             checkpoints.append(Checkpoint(id=CHECKPOINT_CHANNEL, kind="location", path=location))
             artifacts[CHECKPOINT_CHANNEL] = location
+        written, finals = local_final_checkpoint(body, location)  # the local platform's user code only
+        checkpoints += finals
         if model := (wire.OutputModel or {}).get("Uri") or _channel_uri(wire.OutputChannels, "model"):
             artifacts["model"] = model
         return TrainingJob(
@@ -540,6 +543,7 @@ class PaiDialect(Dialect):
                 total_usd=local_cost_usd(body),
             ),
             console_url=wire.TrainingJobUrl,
+            final_checkpoint_written=written,
             tags=[
                 f"{label.Key}:{label.Value}"
                 for label in wire.Labels

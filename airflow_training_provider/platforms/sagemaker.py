@@ -58,6 +58,7 @@ from airflow_training_provider.platforms.base import (
     LogPage,
     WireModel,
     local_cost_usd,
+    local_final_checkpoint,
     retry_after_seconds,
     tag_pairs,
     try_job_name,
@@ -524,6 +525,8 @@ class SageMakerDialect(Dialect):
         location = (wire.CheckpointConfig or {}).get("S3Uri")
         if location:
             checkpoints.append(Checkpoint(id="checkpoints", kind="location", path=location))
+        written, finals = local_final_checkpoint(body, location)  # the local platform's user code only
+        checkpoints += finals
         artifacts = {}
         if model := (wire.ModelArtifacts or {}).get("S3ModelArtifacts"):
             artifacts["model"] = model
@@ -542,6 +545,7 @@ class SageMakerDialect(Dialect):
             checkpoints=checkpoints,
             artifacts=artifacts,
             cost=Cost(billable_seconds=billable, total_usd=local_cost_usd(body)),
+            final_checkpoint_written=written,
             tags=[f"{t.Key}:{t.Value}" for t in wire.Tags if t.Key.startswith(TAG_KEY_PREFIX)],
             created_at=_epoch(wire.CreationTime),
             started_at=_epoch(wire.TrainingStartTime),

@@ -367,11 +367,10 @@ class TrainingJobTrigger(BaseTrigger):
             self.log.info("on_kill: job %s had already ended (%s)", self.job_id, result.state.value)
             return
         self.log.warning(
-            "on_kill: job %s %s; final checkpoint %s (%s), metrics %s, cost $%s",
+            "on_kill: job %s %s; %s, metrics %s, cost $%s",
             self.job_id,
             job.state.value,
-            result.final_checkpoint_id,
-            result.final_checkpoint_path,
+            result.final_checkpoint_text(),
             job.metrics,
             job.cost.total_usd,
         )

@@ -5,8 +5,10 @@ return value carries the metrics the script printed."""
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 
 import pytest
+from airflow.sdk.exceptions import AirflowTaskTimeout
 
 from airflow_training_devel.local_fixtures import LOCAL_FIXTURES, server_options
 from airflow_training_devel.user_code import (
@@ -120,3 +122,71 @@ def test_the_pai_operator_runs_a_code_dir_job_and_returns_its_metrics(user_code_
         "train:accuracy": float(last.split("accuracy=")[1]),
     }
     assert result["artifacts"]["model"] == f"oss://ip/{run}/model/"
+
+
+def script_mode_spec(checkpoints: str, **hyperparameters) -> dict:
+    """A SageMaker script-mode create body running ``tests/data/user_code/train.py`` with
+    ``hyperparameters``, its checkpoints kept at ``checkpoints``."""
+    return {
+        "RoleArn": "arn:aws:iam::123456789012:role/InProcess",
+        "AlgorithmSpecification": {
+            "TrainingImage": "local/sklearn-script-mode:1",
+            "TrainingInputMode": "File",
+            "MetricDefinitions": METRIC_DEFINITIONS,
+        },
+        "InputDataConfig": [
+            {
+                "ChannelName": "train",
+                "DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": DATA_URI}},
+            }
+        ],
+        "OutputDataConfig": {"S3OutputPath": "s3://ip/output"},
+        "ResourceConfig": {"InstanceType": "ml.m5.large", "InstanceCount": 1, "VolumeSizeInGB": 10},
+        "StoppingCondition": {"MaxRuntimeInSeconds": 600},
+        "CheckpointConfig": {"S3Uri": checkpoints},
+        "HyperParameters": script_hyperparameters(**hyperparameters),
+    }
+
+
+@pytest.mark.parametrize("ignore_sigterm", [0, 1], ids=["saves-on-sigterm", "ignores-sigterm"])
+def test_a_script_stopped_at_the_deferred_timeout_says_whether_it_wrote_a_checkpoint_after_the_stop(
+    user_code_platform, monkeypatch, capfd, ignore_sigterm
+):
+    """``execution_timeout`` runs out while the task is deferred: the trigger stops the job, the
+    script gets SIGTERM and (unless it ignores it, then SIGKILL after the server's 2 s grace) writes
+    ``checkpoint.json``; the cancel result and the task log's cancel line say which, read from what
+    the local platform adds to ``DescribeTrainingJob`` (real SageMaker cannot tell)."""
+    monkeypatch.setenv(
+        f"AIRFLOW_CONN_{CONN_ID.upper()}", LOCAL_FIXTURES["aws"].connection_json(user_code_platform.url)
+    )
+    location = f"s3://ip/checkpoints/{uuid.uuid4().hex[:8]}"
+    spec = script_mode_spec(location, epochs=100, seconds_per_epoch=0.3, ignore_sigterm=ignore_sigterm)
+    op = SubmitTrainingJobOperator(
+        task_id="train",
+        conn_id=CONN_ID,
+        spec=spec,
+        deferrable=True,
+        poll_interval=0.3,
+        execution_timeout=timedelta(seconds=4),
+    )
+    ctx = task_context(op)
+    with pytest.raises(AirflowTaskTimeout):
+        run_task(op, ctx)
+    job_id = ctx["ti"].xcoms["job_id"]
+    job = LocalPlatformControl(user_code_platform.url).job(job_id)
+    assert job["state"] == "cancelled" and job["program"]["killed_after_grace"] is bool(ignore_sigterm)
+    result = ctx["ti"].xcoms["cancel_result"]
+    log = "".join(capfd.readouterr())
+    if ignore_sigterm:
+        assert job["cancel"]["final_checkpoints"] == []
+        assert (result["final_checkpoint_written"], result["final_checkpoint_id"]) == (False, None)
+        assert result["final_checkpoint_path"] == location
+        assert f"no final checkpoint written after the stop; checkpoints at {location}" in log
+        return
+    assert job["cancel"]["final_checkpoints"] == ["checkpoint.json"]
+    (saved,) = [c for c in job["checkpoints"] if c["kind"] == "final"]
+    assert saved["created_at"] >= job["program"]["stop_signal_at"]
+    assert any(line.startswith("SIGTERM: checkpoint of epoch ") for line in job["logs"])
+    assert result["final_checkpoint_written"] is True and result["final_checkpoint_id"] == "checkpoint.json"
+    assert result["final_checkpoint_path"] == f"{location}/checkpoint.json"
+    assert f"final checkpoint written after the stop: {location}/checkpoint.json" in log

@@ -131,8 +131,8 @@ def user_code_scenario(key: str):
 def assert_stopped_with_its_checkpoint(job: dict, log: str, data_dir: str | None) -> int:
     """The script received SIGTERM and saved a checkpoint after the stop signal, which the platform
     kept at ``CheckpointConfig.S3Uri`` (read there under ``data_dir``; ``None``: a later job of the
-    run wrote there since, the caller checks otherwise); the task log's cancel result names that
-    location. Returns the epoch the checkpoint holds."""
+    run wrote there since, the caller checks otherwise); the task log's cancel result says it was
+    written after the stop and names it there. Returns the epoch the checkpoint holds."""
     epoch = stopped_at_epoch(job)  # the script's own output, read through /_local
     assert epoch is not None and epoch >= 1, job["logs"][-5:]
     assert job["state"] == "cancelled" and job["returncode"] == 0, (job["state"], job["returncode"])
@@ -147,11 +147,13 @@ def assert_stopped_with_its_checkpoint(job: dict, log: str, data_dir: str | None
     if data_dir is not None:
         kept = Path(data_dir) / "s3" / uri.removeprefix("s3://") / "checkpoint.json"
         assert checkpoint_epoch(kept) == epoch, kept
-    # the cancel result in the task log names the checkpoint the stop kept: SageMaker reports its
-    # location, CheckpointConfig.S3Uri (DescribeTrainingJob lists no checkpoint files)
+    # the cancel result in the task log names the checkpoint the script wrote after the stop signal,
+    # under CheckpointConfig.S3Uri: DescribeTrainingJob lists no checkpoint files, the local
+    # platform's x_local_final_checkpoint says which were written after the stop
     lines = [r["event"] for r in map(json.loads, log.splitlines()) if job["job_id"] in r.get("event", "")]
     cancel_lines = [line for line in lines if "final checkpoint" in line]
-    assert cancel_lines and all(f"({uri})" in line for line in cancel_lines), lines
+    written = f"final checkpoint written after the stop: {uri.rstrip('/')}/checkpoint.json"
+    assert cancel_lines and all(written in line for line in cancel_lines), lines
     return epoch
 
 

@@ -24,11 +24,13 @@ from huaweicloudsdkmodelarts.v1 import model as m
 from airflow_training_platform.cli import build_parser
 from airflow_training_platform.control import LocalPlatformControl
 from airflow_training_platform.engine.programs import read_log
+from airflow_training_platform.platforms.common import FINAL_CHECKPOINT_FIELD
 from airflow_training_platform.platforms.modelarts.user_code import (
     is_user_code,
     parse_image_commands,
     parse_user_code,
 )
+from airflow_training_platform.platforms.modelarts.wire import job_to_wire
 from airflow_training_platform.server import LocalPlatformServer
 from tests.conftest import API_KEY, MODELARTS_ACCESS_KEY, server_options
 from tests.local_platform.test_modelarts_api import client
@@ -221,6 +223,15 @@ def test_a_terminate_sigterms_the_group_and_the_final_checkpoint_resumes_the_nex
     saved = Path(server.data_dir) / "obs" / shared.strip("/") / "checkpoint.json"
     stopped_at = json.loads(saved.read_text())["epoch"]
     assert stopped_at >= 2
+    # the job object says so too (the local platform's extension, which Huawei's client ignored)
+    after_stop = job_to_wire(record)[FINAL_CHECKPOINT_FIELD]
+    assert after_stop == {
+        "written": True,
+        "files": ["checkpoint.json"],
+        "location": shared,
+        "at": after_stop["at"],
+    }
+    assert after_stop["at"] >= record["program"]["stop_signal_at"]
 
     second = unique("ma-resume")
     resumed = create(ma, second, algorithm(f"/out/{second}", shared, epochs=stopped_at + 1))

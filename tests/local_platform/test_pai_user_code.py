@@ -29,6 +29,8 @@ from airflow_training_devel.user_code import (
 )
 from airflow_training_platform.control import LocalPlatformControl
 from airflow_training_platform.engine.programs import cuda_device_count, read_log
+from airflow_training_platform.platforms.common import FINAL_CHECKPOINT_FIELD
+from airflow_training_platform.platforms.pai.wire import job_to_wire
 from airflow_training_platform.server import LocalPlatformServer
 from tests.conftest import PAI_WORKSPACE_ID, server_options
 from tests.local_platform.test_pai_api import client
@@ -206,6 +208,15 @@ def test_a_stop_sigterms_the_group_and_the_final_checkpoint_resumes_the_next_job
     saved = Path(server.data_dir) / "oss" / "out" / shared.split("/")[3] / "checkpoints" / "checkpoint.json"
     stopped_at = json.loads(saved.read_text())["epoch"]
     assert stopped_at >= 2
+    # GetTrainingJob says so too (the local platform's extension, which Alibaba's client ignored)
+    after_stop = job_to_wire(record)[FINAL_CHECKPOINT_FIELD]
+    assert after_stop == {
+        "written": True,
+        "files": ["checkpoint.json"],
+        "location": shared,
+        "at": after_stop["at"],
+    }
+    assert after_stop["at"] >= record["program"]["stop_signal_at"]
 
     second = unique("pai-resume")
     second_id = pai.create_training_job(request(second, shared, epochs=stopped_at + 1)).body.training_job_id

@@ -30,6 +30,8 @@ from airflow_training_devel.user_code import (
 from airflow_training_platform.cli import build_parser
 from airflow_training_platform.control import LocalPlatformControl
 from airflow_training_platform.engine.programs import read_log
+from airflow_training_platform.platforms.common import FINAL_CHECKPOINT_FIELD
+from airflow_training_platform.platforms.sagemaker.wire import job_to_wire
 from airflow_training_platform.server import LocalPlatformServer
 from tests.conftest import API_KEY, AWS_ACCESS_KEY_ID, server_options
 
@@ -224,10 +226,20 @@ def test_a_stop_sigterms_the_process_group_and_the_final_checkpoint_resumes_the_
     )
     stopped_at = json.loads(saved.read_text())["epoch"]
     assert stopped_at >= 2
+    # DescribeTrainingJob says so too (the local platform's extension, which boto3 parsed and dropped)
+    after_stop = job_to_wire(record, "us-east-1")[FINAL_CHECKPOINT_FIELD]
+    assert after_stop == {
+        "written": True,
+        "files": ["checkpoint.json"],
+        "location": shared,
+        "at": after_stop["at"],
+    }
+    assert after_stop["at"] >= record["program"]["stop_signal_at"]
 
     second = unique("resume")
     sm.create_training_job(**script_job(second, shared, epochs=stopped_at + 1))
     assert wait(sm, second, ended)["TrainingJobStatus"] == "Completed"
+    assert FINAL_CHECKPOINT_FIELD not in job_to_wire(control.job(second), "us-east-1"), "not a stopped job"
     assert f"resumed from epoch {stopped_at}" in control.job(second)["logs"]
     seen = members(Path(server.data_dir) / "s3" / "out" / "models" / second / "output" / "model.tar.gz")
     assert json.loads(seen["seen.json"])["start_epoch"] == stopped_at + 1
@@ -274,6 +286,8 @@ def test_a_script_that_ignores_sigterm_is_killed_after_the_grace_without_a_final
     program = record["program"]
     assert program["killed_after_grace"] is True and program["final_checkpoints"] == []
     assert record["cancel"]["final_checkpoint_written"] is False and record["returncode"] == -9
+    after_stop = job_to_wire(record, "us-east-1")[FINAL_CHECKPOINT_FIELD]
+    assert (after_stop["written"], after_stop["files"], after_stop["at"]) == (False, [], None)
     assert record["exited_at"] - program["stop_signal_at"] >= GRACE
     assert [e["signal"] for e in record["events"] if e["type"] == "signal_sent"] == ["SIGTERM", "SIGKILL"]
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -30,7 +31,7 @@ from airflow_training_provider.hooks.training import PLATFORM_HOOKS
 from airflow_training_provider.hooks.transport import prepare_request
 from airflow_training_provider.models import CancelRequest, JobState
 from airflow_training_provider.platforms import PLATFORMS, modelarts, pai, sagemaker, tensorone, together
-from airflow_training_provider.platforms.base import LOCAL_COST_FIELD, tag_pairs
+from airflow_training_provider.platforms.base import LOCAL_COST_FIELD, LOCAL_FINAL_CHECKPOINT_FIELD, tag_pairs
 from airflow_training_provider.platforms.descriptor import PlatformDescriptor
 from tests.unit import test_modelarts_dialect as ma
 from tests.unit import test_pai_dialect as pa
@@ -377,6 +378,34 @@ def test_only_a_platform_without_money_reads_the_local_platforms_cost(case):
         assert local == dialect.parse_job(case.job).cost.total_usd
     else:
         assert dialect.parse_job(case.job).cost.total_usd is None and local == 1.5
+
+
+#: platforms whose API cannot say whether a stopped program wrote a checkpoint after the stop signal:
+#: their dialects read what the local platform adds (LOCAL_FINAL_CHECKPOINT_FIELD); the others ignore it
+SILENT_ON_THE_STOPS_CHECKPOINT = {"sagemaker", "pai", "modelarts"}
+
+
+@every_platform
+def test_only_a_platform_that_cannot_tell_reads_the_local_platforms_checkpoint_after_the_stop(case):
+    dialect = case.platform.dialect()
+    saved = {"written": True, "files": ["model.pt", "checkpoint.json"], "location": "s3://b/ck/", "at": 1.7e9}
+    plain = dialect.parse_job(case.job)
+    local = dialect.parse_job({**case.job, LOCAL_FINAL_CHECKPOINT_FIELD: saved})
+    assert plain.final_checkpoint_written is None
+    if dialect.name not in SILENT_ON_THE_STOPS_CHECKPOINT:
+        assert local == plain
+        return
+    assert local.final_checkpoint_written is True
+    finals = [(c.id, c.path) for c in local.checkpoints if c.kind == "final"]
+    assert finals == [("model.pt", "s3://b/ck/model.pt"), ("checkpoint.json", "s3://b/ck/checkpoint.json")]
+    assert local.checkpoints[: len(plain.checkpoints)] == plain.checkpoints  # the location stays
+    assert local.final_checkpoint.created_at == datetime(2023, 11, 14, 22, 13, 20, tzinfo=UTC)
+    none = dialect.parse_job(
+        {**case.job, LOCAL_FINAL_CHECKPOINT_FIELD: {**saved, "written": False, "files": []}}
+    )
+    assert none.final_checkpoint_written is False and none.checkpoints == plain.checkpoints
+    malformed = dialect.parse_job({**case.job, LOCAL_FINAL_CHECKPOINT_FIELD: {"written": "yes"}})
+    assert malformed == plain
 
 
 @every_platform

@@ -4,6 +4,7 @@ signature: Huawei's signer (what the provider sends) and the local platform's ch
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from types import SimpleNamespace
 
 import pytest
@@ -20,8 +21,9 @@ from airflow_training_provider.errors import (
 )
 from airflow_training_provider.hooks.connection import PlatformConnection
 from airflow_training_provider.hooks.transport import prepare_request
-from airflow_training_provider.models import Checkpoint, JobState
+from airflow_training_provider.models import CancelResult, Checkpoint, JobState, complete_cancel_result
 from airflow_training_provider.platforms import modelarts
+from airflow_training_provider.platforms.base import LOCAL_FINAL_CHECKPOINT_FIELD
 
 D = modelarts.ModelArtsDialect()
 JOB_ID = "6f1d2c9a-0000-4c1e-9d6b-1a2b3c4d5e6f"
@@ -327,3 +329,40 @@ def test_huaweis_signer_and_the_local_check_agree(request_, token):
     assert (err.value.status, err.value.code) == (401, "APIGW.0301")
     with pytest.raises(ApiError):  # a changed body or path
         signing.verify(received, http.body + b" ", ("HWAKEXAMPLE", "modelarts-sk-example"))
+
+
+# the local platform's answer for a stopped user-code job (docs/platforms/modelarts.md): the real API has
+# no such field, so a real answer says nothing (None) and keeps only the checkpoint location
+@pytest.mark.parametrize(
+    ("field", "written", "final_id", "path", "text"),
+    [
+        (None, None, None, "/bucket/ckpt/", "final checkpoint None (/bucket/ckpt/)"),
+        (
+            {"written": True, "files": ["checkpoint.json"], "at": 1740825000.0},
+            True,
+            "checkpoint.json",
+            "/bucket/ckpt/checkpoint.json",
+            "final checkpoint written after the stop: /bucket/ckpt/checkpoint.json",
+        ),
+        (
+            {"written": False, "files": [], "at": None},
+            False,
+            None,
+            "/bucket/ckpt/",
+            "no final checkpoint written after the stop; checkpoints at /bucket/ckpt/",
+        ),
+    ],
+    ids=["real", "written", "none-written"],
+)
+def test_a_stopped_job_says_whether_its_program_wrote_a_checkpoint_after_the_stop(
+    field, written, final_id, path, text
+):
+    body = {**JOB, "status": {**JOB["status"], "phase": "Terminated", "secondary_phase": "Terminated"}}
+    job = D.parse_job({**body, LOCAL_FINAL_CHECKPOINT_FIELD: field} if field else body)
+    assert job.state is JobState.CANCELLED and job.final_checkpoint_written is written
+    result = complete_cancel_result(CancelResult(job_id=job.id, state=JobState.STOPPING), job)
+    assert (result.state, result.final_checkpoint_written) == (JobState.CANCELLED, written)
+    assert (result.final_checkpoint_id, result.final_checkpoint_path) == (final_id, path)
+    assert result.final_checkpoint_text() == text
+    if written:
+        assert job.final_checkpoint.created_at == datetime(2025, 3, 1, 10, 30, tzinfo=UTC)

@@ -13,9 +13,9 @@ from airflow_training_platform.platforms.pai import acs3
 from airflow_training_provider.errors import InvalidJobSpecError, TransientPlatformError
 from airflow_training_provider.hooks.connection import PlatformConnection
 from airflow_training_provider.hooks.transport import prepare_request
-from airflow_training_provider.models import Checkpoint, JobState
+from airflow_training_provider.models import CancelResult, Checkpoint, JobState, complete_cancel_result
 from airflow_training_provider.platforms import pai
-from airflow_training_provider.platforms.base import Credentials
+from airflow_training_provider.platforms.base import LOCAL_FINAL_CHECKPOINT_FIELD, Credentials
 
 D = pai.PaiDialect()
 JOB_ID = "traindemo0001"
@@ -293,3 +293,46 @@ def _connection(**override):
     values = {**CONNECTION, **override}
     extra = values.pop("extra", None)
     return Connection(conn_id="pai_t", extra=json.dumps(extra) if extra else None, **values)
+
+
+# the local platform's answer for a stopped user-code job (docs/platforms/pai.md): the real API has
+# no such field, so a real answer says nothing (None) and keeps only the checkpoint location
+@pytest.mark.parametrize(
+    ("field", "written", "final_id", "path", "text"),
+    [
+        (
+            None,
+            None,
+            None,
+            "oss://bucket/out/checkpoints/",
+            "final checkpoint None (oss://bucket/out/checkpoints/)",
+        ),
+        (
+            {"written": True, "files": ["checkpoint.json"], "at": 1740825000.0},
+            True,
+            "checkpoint.json",
+            "oss://bucket/out/checkpoints/checkpoint.json",
+            "final checkpoint written after the stop: oss://bucket/out/checkpoints/checkpoint.json",
+        ),
+        (
+            {"written": False, "files": [], "at": None},
+            False,
+            None,
+            "oss://bucket/out/checkpoints/",
+            "no final checkpoint written after the stop; checkpoints at oss://bucket/out/checkpoints/",
+        ),
+    ],
+    ids=["real", "written", "none-written"],
+)
+def test_a_stopped_job_says_whether_its_program_wrote_a_checkpoint_after_the_stop(
+    field, written, final_id, path, text
+):
+    body = {**JOB, "Status": "Terminated", "ReasonCode": "JobStoppedByUser"}
+    job = D.parse_job({**body, LOCAL_FINAL_CHECKPOINT_FIELD: field} if field else body)
+    assert job.state is JobState.CANCELLED and job.final_checkpoint_written is written
+    result = complete_cancel_result(CancelResult(job_id=job.id, state=JobState.STOPPING), job)
+    assert (result.state, result.final_checkpoint_written) == (JobState.CANCELLED, written)
+    assert (result.final_checkpoint_id, result.final_checkpoint_path) == (final_id, path)
+    assert result.final_checkpoint_text() == text
+    if written:
+        assert job.final_checkpoint.created_at == datetime(2025, 3, 1, 10, 30, tzinfo=UTC)

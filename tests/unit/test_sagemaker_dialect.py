@@ -4,14 +4,16 @@ already landed. Pure logic, no I/O."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
 from airflow_training_platform.errors import ApiError
 from airflow_training_provider.errors import InvalidJobSpecError, JobAlreadyExistsError
 from airflow_training_provider.hooks.transport import prepare_request
 from airflow_training_provider.lifecycle.operations import JobOperations
-from airflow_training_provider.models import JobState
-from airflow_training_provider.platforms.base import Credentials, tag_pairs
+from airflow_training_provider.models import CancelResult, JobState, complete_cancel_result
+from airflow_training_provider.platforms.base import LOCAL_FINAL_CHECKPOINT_FIELD, Credentials, tag_pairs
 from airflow_training_provider.platforms.sagemaker import NAME_PATTERN, SageMakerDialect, job_name
 from tests.unit.canned import Canned
 
@@ -224,3 +226,46 @@ def test_stop_answer_is_stopping_and_console_link_only_for_aws():
     assert "eu-west-1.console.aws.amazon.com" in D.console_url(
         "https://api.sagemaker.eu-west-1.amazonaws.com", NAME
     )
+
+
+# the local platform's answer for a stopped user-code job (docs/platforms/sagemaker.md): the real API has
+# no such field, so a real answer says nothing (None) and keeps only the checkpoint location
+@pytest.mark.parametrize(
+    ("field", "written", "final_id", "path", "text"),
+    [
+        (
+            None,
+            None,
+            None,
+            "s3://bucket/checkpoints/af-demo/",
+            "final checkpoint None (s3://bucket/checkpoints/af-demo/)",
+        ),
+        (
+            {"written": True, "files": ["checkpoint.json"], "at": 1740825000.0},
+            True,
+            "checkpoint.json",
+            "s3://bucket/checkpoints/af-demo/checkpoint.json",
+            "final checkpoint written after the stop: s3://bucket/checkpoints/af-demo/checkpoint.json",
+        ),
+        (
+            {"written": False, "files": [], "at": None},
+            False,
+            None,
+            "s3://bucket/checkpoints/af-demo/",
+            "no final checkpoint written after the stop; checkpoints at s3://bucket/checkpoints/af-demo/",
+        ),
+    ],
+    ids=["real", "written", "none-written"],
+)
+def test_a_stopped_job_says_whether_its_program_wrote_a_checkpoint_after_the_stop(
+    field, written, final_id, path, text
+):
+    body = {**DESCRIBE, "TrainingJobStatus": "Stopped", "SecondaryStatus": "Stopped"}
+    job = D.parse_job({**body, LOCAL_FINAL_CHECKPOINT_FIELD: field} if field else body)
+    assert job.state is JobState.CANCELLED and job.final_checkpoint_written is written
+    result = complete_cancel_result(CancelResult(job_id=job.id, state=JobState.STOPPING), job)
+    assert (result.state, result.final_checkpoint_written) == (JobState.CANCELLED, written)
+    assert (result.final_checkpoint_id, result.final_checkpoint_path) == (final_id, path)
+    assert result.final_checkpoint_text() == text
+    if written:
+        assert job.final_checkpoint.created_at == datetime(2025, 3, 1, 10, 30, tzinfo=UTC)

@@ -63,3 +63,31 @@ def trainer_settings(
 
 def tags_of(rec: dict[str, Any]) -> list[dict[str, str]]:
     return [{"Key": t.split(":", 1)[0], "Value": t.split(":", 1)[1] if ":" in t else ""} for t in rec["tags"]]
+
+
+#: the field the local platform adds to a SageMaker, PAI or ModelArts job object of a *stopped
+#: user-code job* (none of those APIs says whether the program saved anything after the stop signal):
+#: ``{"written": bool, "files": [str], "location": str | None, "at": float | None}``. ``files`` are
+#: the checkpoint files new or changed after the stop signal, relative to the checkpoint directory,
+#: oldest first; ``location`` is the platform URI that directory is copied to (SageMaker
+#: ``CheckpointConfig.S3Uri``, PAI's ``checkpoints`` output channel, ModelArts'
+#: ``checkpoints`` else ``train_url``), ``None`` if the spec names none; ``at`` is when the newest
+#: file was recorded (epoch seconds; the runner lists the directory every 0.5 s), ``None`` if none.
+#: The platforms' own clients ignore it, as they do ``x_local_cost_usd``.
+FINAL_CHECKPOINT_FIELD = "x_local_final_checkpoint"
+
+
+def final_checkpoint_after_stop(rec: dict[str, Any], location: str | None) -> dict[str, Any] | None:
+    """The :data:`FINAL_CHECKPOINT_FIELD` value of a record: what its program saved after the stop
+    signal, read from the cancel's ``final_checkpoint_written``/``final_checkpoints`` (the engine
+    fills them when the program exits); ``None`` for a job that is not a cancelled user-code job."""
+    cancel = rec.get("cancel") or {}
+    if rec.get("program") is None or rec["state"] != "cancelled" or "final_checkpoints" not in cancel:
+        return None
+    files = list(cancel["final_checkpoints"])
+    written = {
+        c["checkpoint_id"]: c["created_at"] for c in rec.get("checkpoints") or [] if c["kind"] == "final"
+    }
+    files.sort(key=lambda f: written.get(f, 0.0))
+    times = [written[f] for f in files if f in written]
+    return {"written": bool(files), "files": files, "location": location, "at": max(times) if times else None}

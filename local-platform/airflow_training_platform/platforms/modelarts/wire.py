@@ -25,6 +25,8 @@ Huawei Cloud:
   runs the user's program; a failed one reports the program's exit code.
 * **Money:** the job object has no cost; the answer adds ``x_local_cost_usd`` (the engine's),
   which Huawei's clients ignore.
+* **A stopped user-code job** adds ``x_local_final_checkpoint``: what the script saved after the
+  stop signal, under its checkpoint channel (shape: :data:`.common.FINAL_CHECKPOINT_FIELD`).
 """
 
 from __future__ import annotations
@@ -37,7 +39,12 @@ from typing import Any
 from airflow_training_platform.engine import JobSpec
 from airflow_training_platform.errors import ApiError
 from airflow_training_platform.formatting import iso
-from airflow_training_platform.platforms.common import latest_checkpoint, trainer_settings
+from airflow_training_platform.platforms.common import (
+    FINAL_CHECKPOINT_FIELD,
+    final_checkpoint_after_stop,
+    latest_checkpoint,
+    trainer_settings,
+)
 from airflow_training_platform.trainer import DATASETS
 
 PLATFORM = "modelarts"
@@ -213,7 +220,7 @@ def job_to_wire(rec: dict[str, Any]) -> dict[str, Any]:
             {"task": TASKS[0], "exit_code": 0 if rec["state"] == "succeeded" else 143, "message": ""}
         ]
     resource = ((req.get("spec") or {}).get("resource")) or {}
-    return {
+    out: dict[str, Any] = {
         "kind": req.get("kind", "job"),
         "metadata": {
             "id": rec["job_id"],
@@ -237,6 +244,10 @@ def job_to_wire(rec: dict[str, Any]) -> dict[str, Any]:
         },
         "x_local_cost_usd": round(rec["cost"]["current_usd"], 6),
     }
+    outputs = (req.get("algorithm") or {}).get("outputs")
+    if saved := final_checkpoint_after_stop(rec, channel_url(outputs, CHECKPOINT_CHANNELS)):
+        out[FINAL_CHECKPOINT_FIELD] = saved
+    return out
 
 
 def _exit_code(rec: dict[str, Any]) -> int:

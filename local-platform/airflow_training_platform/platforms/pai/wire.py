@@ -26,6 +26,8 @@ Alibaba Cloud:
   ``ListTrainingJobMetrics``) are its ``MetricDefinitions`` values by name.
 * **Money:** PAI's job object has no cost; the answer adds ``x_local_cost_usd`` (the engine's),
   which Alibaba's clients ignore.
+* **A stopped user-code job** adds ``x_local_final_checkpoint``: what the script saved after the
+  stop signal, under the ``checkpoints`` channel (shape: :data:`.common.FINAL_CHECKPOINT_FIELD`).
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ from airflow_training_platform.engine import JobSpec
 from airflow_training_platform.errors import ApiError
 from airflow_training_platform.formatting import iso
 from airflow_training_platform.platforms.common import (
+    FINAL_CHECKPOINT_FIELD,
+    final_checkpoint_after_stop,
     latest_checkpoint,
     tags_of,
     trainer_settings,
@@ -272,6 +276,8 @@ def job_to_wire(rec: dict[str, Any], base_console: str | None = None) -> dict[st
         out["OutputModel"] = {"Uri": model, "OutputChannelName": "model"}
     if base_console:
         out["TrainingJobUrl"] = f"{base_console}/jobs/{rec['job_id']}"
+    if saved := final_checkpoint_after_stop(rec, checkpoint_uri(req)):
+        out[FINAL_CHECKPOINT_FIELD] = saved
     return out
 
 

@@ -23,6 +23,8 @@ AWS:
   ``FinalMetricDataList`` lists its ``MetricDefinitions`` values.
 * **Money:** SageMaker reports ``BillableTimeInSeconds`` only; the answer adds ``x_local_cost_usd``
   (the engine's cost), which AWS clients ignore.
+* **A stopped user-code job** adds ``x_local_final_checkpoint``: what the script saved after the
+  stop signal, under ``CheckpointConfig.S3Uri`` (shape: :data:`.common.FINAL_CHECKPOINT_FIELD`).
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ from typing import Any
 from airflow_training_platform.engine import JobSpec
 from airflow_training_platform.errors import ApiError
 from airflow_training_platform.platforms.common import (
+    FINAL_CHECKPOINT_FIELD,
+    final_checkpoint_after_stop,
     latest_checkpoint,
     trainer_settings,
 )
@@ -257,6 +261,8 @@ def job_to_wire(rec: dict[str, Any], region: str) -> dict[str, Any]:
     }
     if req.get("CheckpointConfig"):
         out["CheckpointConfig"] = req["CheckpointConfig"]
+    if saved := final_checkpoint_after_stop(rec, (req.get("CheckpointConfig") or {}).get("S3Uri")):
+        out[FINAL_CHECKPOINT_FIELD] = saved
     if rec.get("running_at"):
         out["TrainingStartTime"] = rec["running_at"]
     if rec["state"] in ("succeeded", "failed", "cancelled"):
