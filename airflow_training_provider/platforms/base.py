@@ -145,7 +145,9 @@ def local_final_checkpoint(body: Any, location: str | None) -> tuple[bool | None
         :attr:`~airflow_training_provider.models.TrainingJob.final_checkpoint_written` (``None``: a
         real platform's answer, no such field, or a malformed one); ``checkpoints`` one
         ``kind="final"`` checkpoint per file, id the file name, path ``<location>/<file>``, the newest
-        last with ``created_at``; empty when none was written."""
+        last with ``created_at``; empty when none was written. A dialect puts them *before* the
+        location in the job's checkpoints: the location stays the latest checkpoint, the one a retry
+        with ``resume_from_checkpoint`` resumes from."""
     field = body.get(LOCAL_FINAL_CHECKPOINT_FIELD) if isinstance(body, dict) else None
     if not isinstance(field, dict) or not isinstance(field.get("written"), bool):
         return None, []

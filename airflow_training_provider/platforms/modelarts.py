@@ -553,7 +553,9 @@ class ModelArtsDialect(Dialect):
             checkpoints.append(Checkpoint(id=name or "checkpoints", kind="location", path=location))
             artifacts["checkpoints"] = location
         written, finals = local_final_checkpoint(body, location)  # the local platform's user code only
-        checkpoints += finals
+        # the files before the location: a retry resumes from the latest checkpoint, which must
+        # stay the location (what the platform restores into the new job's checkpoint directory)
+        checkpoints = finals + checkpoints
         if model := _channel(outputs, ("model", "model_url")):
             artifacts["model"] = model
         metadata = wire.metadata

@@ -524,7 +524,9 @@ class PaiDialect(Dialect):
             checkpoints.append(Checkpoint(id=CHECKPOINT_CHANNEL, kind="location", path=location))
             artifacts[CHECKPOINT_CHANNEL] = location
         written, finals = local_final_checkpoint(body, location)  # the local platform's user code only
-        checkpoints += finals
+        # the files before the location: a retry resumes from the latest checkpoint, which must
+        # stay the location (what the platform restores into the new job's checkpoint directory)
+        checkpoints = finals + checkpoints
         if model := (wire.OutputModel or {}).get("Uri") or _channel_uri(wire.OutputChannels, "model"):
             artifacts["model"] = model
         return TrainingJob(

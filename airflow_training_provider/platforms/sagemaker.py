@@ -526,7 +526,9 @@ class SageMakerDialect(Dialect):
         if location:
             checkpoints.append(Checkpoint(id="checkpoints", kind="location", path=location))
         written, finals = local_final_checkpoint(body, location)  # the local platform's user code only
-        checkpoints += finals
+        # the files before the location: a retry resumes from the latest checkpoint, which must
+        # stay the location (what the platform restores into the new job's checkpoint directory)
+        checkpoints = finals + checkpoints
         artifacts = {}
         if model := (wire.ModelArtifacts or {}).get("S3ModelArtifacts"):
             artifacts["model"] = model

@@ -398,7 +398,9 @@ def test_only_a_platform_that_cannot_tell_reads_the_local_platforms_checkpoint_a
     assert local.final_checkpoint_written is True
     finals = [(c.id, c.path) for c in local.checkpoints if c.kind == "final"]
     assert finals == [("model.pt", "s3://b/ck/model.pt"), ("checkpoint.json", "s3://b/ck/checkpoint.json")]
-    assert local.checkpoints[: len(plain.checkpoints)] == plain.checkpoints  # the location stays
+    # the location stays the latest checkpoint: the one a retry resumes from
+    assert local.checkpoints[-len(plain.checkpoints) :] == plain.checkpoints
+    assert local.latest_checkpoint == plain.latest_checkpoint
     assert local.final_checkpoint.created_at == datetime(2023, 11, 14, 22, 13, 20, tzinfo=UTC)
     none = dialect.parse_job(
         {**case.job, LOCAL_FINAL_CHECKPOINT_FIELD: {**saved, "written": False, "files": []}}
