@@ -27,23 +27,53 @@ PREFIX = "[program]"
 MAX_LINE_CHARS = 2000
 #: what a masked secret shows as (Airflow's own mask)
 MASK = "***"
-#: values shorter than this are not masked (Airflow's ``[logging] min_length_masked_secret``): a
-#: short value would mask ordinary words and numbers
+#: Airflow's default of ``[logging] min_length_masked_secret``: shorter values are not masked (a
+#: short value would mask ordinary words and numbers); :func:`min_masked_length` reads the setting
 MIN_MASKED_LENGTH = 5
+#: values Airflow's masker never masks, compared lowercased (its ``SECRETS_TO_SKIP_MASKING``)
+NEVER_MASKED = frozenset({"airflow"})
 
 log = logging.getLogger(__name__)
+
+
+def min_masked_length() -> int:
+    """Airflow's ``[logging] min_length_masked_secret`` (characters; default
+    :data:`MIN_MASKED_LENGTH`): as in Airflow's masker, a secret shorter than that is not masked."""
+    from airflow.sdk.configuration import conf
+
+    return conf.getint("logging", "min_length_masked_secret", fallback=MIN_MASKED_LENGTH)
+
+
+def maskable(values: Iterable[str], min_length: int) -> set[str]:
+    """The strings of ``values`` that are masked, as Airflow's masker decides: those of at least
+    ``min_length`` characters that are not one of :data:`NEVER_MASKED`. A multi-line value (a PEM
+    key, a JSON credential) adds each of its stripped lines of that length too: a program's line
+    holds one line of it, never the whole."""
+    found: set[str] = set()
+    for value in values:
+        parts = [value, *(part.strip() for part in value.splitlines())] if "\n" in value else [value]
+        found.update(p for p in parts if len(p) >= min_length and p.lower() not in NEVER_MASKED)
+    return found
 
 
 class SecretLines:
     """Masks the secret values a spec handed its program in each line before it is written.
 
-    :param values: the secret values (resolved references, W&B key); shorter than
-        :data:`MIN_MASKED_LENGTH` are ignored. Kept in memory only, never logged or serialized.
+    :param values: the secret values (resolved references, W&B key); see :func:`maskable` for which
+        are masked (shorter than ``[logging] min_length_masked_secret`` are not, as in Airflow).
+        Kept in memory only, never logged or serialized.
+    :param min_length: the minimum length masked (characters; default: Airflow's setting,
+        :func:`min_masked_length`).
     """
 
-    def __init__(self, values: Iterable[str] = ()) -> None:
-        # longest first: a value containing another is masked whole
-        self._values = sorted({v for v in values if len(v) >= MIN_MASKED_LENGTH}, key=len, reverse=True)
+    def __init__(self, values: Iterable[str] = (), min_length: int | None = None) -> None:
+        values = list(values)
+        if not values:  # nothing to mask: no need to read the setting
+            self._values: list[str] = []
+            return
+        length = min_masked_length() if min_length is None else min_length
+        # longest first: a value containing another (a multi-line value, its lines) is masked whole
+        self._values = sorted(maskable(values, length), key=len, reverse=True)
 
     def __repr__(self) -> str:
         return f"SecretLines({len(self._values)} values)"
@@ -105,5 +135,6 @@ def resolve_secrets(references: list[dict[str, Any]]) -> SecretLines:
     from airflow_training_provider.spec_secrets import REFERENCE_KEY, mask, resolve_references
 
     _, values = resolve_references({"references": [{REFERENCE_KEY: r} for r in references]})
-    mask(values)
-    return SecretLines(values)
+    secrets = SecretLines(values)
+    mask(secrets.values)  # a multi-line value's lines too: Airflow's masker masks whole values only
+    return secrets
