@@ -246,6 +246,17 @@ def test_the_minimum_length_is_airflows_setting_and_never_masked_words_are_skipp
     assert SecretLines(["abc", "airflow", "AIRFLOW"]).mask("abc airflow AIRFLOW") == "*** airflow AIRFLOW"
 
 
+def test_an_object_location_or_a_tag_is_not_a_secret_written_in_the_spec():
+    from airflow_training_provider.spec_secrets import secret_values
+
+    spec = {
+        "CodeDir": {"LocationType": "oss", "LocationValue": {"Bucket": "code", "Key": "logs-pai/"}},
+        "Tags": [{"Key": "team", "Value": "vision"}],
+        "Environments": {"WANDB_KEY": "wandb-literal-1", "extra": {"Key": "still-a-secret"}},
+    }
+    assert secret_values(spec, None) == ["wandb-literal-1", "still-a-secret"]
+
+
 def test_long_lines_are_cut_and_control_characters_replaced():
     assert shown("a\tb\x1b[31mc") == "a\tb�[31mc"
     cut = shown("y" * (MAX_LINE_CHARS + 5))
