@@ -116,6 +116,20 @@ def note_unavailable(task_log: TaskLog, platform: str) -> None:
     )
 
 
+def note_unreferenced_secrets(task_log: TaskLog) -> None:
+    """The one warning a deferrable submit with ``stream_logs=True`` writes when its rendered spec
+    holds secret values written in it or rendered from a template
+    (:func:`~airflow_training_provider.spec_secrets.secret_values`): only the worker's masker knows
+    them, so the triggerer writes none of the program's lines and the UI shows none for that try."""
+    task_log.warning(
+        "stream_logs: the spec holds secret values written in it or rendered from a template, which "
+        "only the worker can mask; the training program's lines are not written while the task is "
+        'deferred, nor shown in the Training job tab. Give them as secret references ({"secret": '
+        '{"conn_id": ...}} or {"secret": {"variable": ...}}), or set deferrable=False: the wait on the '
+        "worker writes the lines masked"
+    )
+
+
 def secret_references(spec: Any) -> list[dict[str, Any]]:
     """The secret references of ``spec`` (``{"conn_id", "field"}`` or ``{"variable"}``): names, never
     values, so they may travel in trigger kwargs; the triggerer resolves them again

@@ -171,6 +171,7 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
     """
 
     template_fields: Sequence[str] = ("spec", "conn_id", "wandb_conn_id")
+    knows_spec = True
     guards: Guards  # always set here (the mixin's may be None)
     operator_extra_links = (TrainingJobConsoleLink(),)
     template_fields_renderers = {"spec": "json"}
