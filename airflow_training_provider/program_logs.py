@@ -10,7 +10,10 @@ after the last line written (``docs/architecture.md``, "Program logs").
 A program may print a secret the spec gave it (an environment variable resolved from a connection).
 The worker registers resolved values with Airflow's masker, but the triggerer is another process:
 every line is masked here against the values the waiting side resolved itself
-(:class:`SecretLines`), whichever process writes it.
+(:class:`SecretLines`), whichever process writes it. Values written in the spec or rendered from a
+template are known on the worker only: while deferred, such a spec's lines are not written
+(:func:`note_unreferenced_secrets`). Secrets shorter than ``[logging] min_length_masked_secret``
+are not masked, as in Airflow.
 """
 
 from __future__ import annotations

@@ -166,7 +166,9 @@ def resolve_references(
 ) -> tuple[dict[str, Any], list[str]]:
     """``(spec with every reference replaced by its value, the values)``; ``spec`` is not changed.
 
-    Call it on the worker only: the values must not reach anything Airflow stores.
+    Called on the worker (before submit), in the triggerer and in the API server (to mask the
+    program's lines); the values returned must not reach anything Airflow stores (XCom, trigger
+    kwargs, rendered fields).
 
     :param read_connection: ``(conn_id, field) → value`` (default: the Task SDK's connection
         lookup, which asks every secrets backend).
