@@ -69,7 +69,12 @@ from airflow_training_provider.models import (
     complete_cancel_result,
 )
 from airflow_training_provider.platforms import platform_job
-from airflow_training_provider.program_logs import SecretLines, note_unavailable, resolve_secrets
+from airflow_training_provider.program_logs import (
+    SecretLines,
+    note_unavailable,
+    note_unreferenced_secrets,
+    resolve_secrets,
+)
 from airflow_training_provider.progress import JobReport, describe
 from airflow_training_provider.task_instance_lookup import (
     JOB_ID_XCOM_KEY,
@@ -278,6 +283,9 @@ class TrainingJobTaskMixin(_Host):
     lineage: tuple[TrainingJob, str | None, str | None] | None = None  # the model made: job, URI, guard
     #: write the training program's output into the task log while waiting (``program_logs.py``)
     stream_logs: bool = False
+    #: the task submits the job from its spec, so it knows the secrets the program may print (the
+    #: submit operator); a sensor watches a job it did not submit
+    knows_spec: bool = False
 
     def program_secret_references(self) -> list[dict[str, Any]]:
         """The secret references (names, never values) whose values the job's program may print:
@@ -289,6 +297,17 @@ class TrainingJobTaskMixin(_Host):
         """Secret values the worker knows without resolving a reference (written in the spec), for
         the lines a wait on the worker writes. None by default."""
         return []
+
+    def has_unreferenced_secrets(self) -> bool:
+        """The spec holds secret values written in it or rendered from a template
+        (:meth:`program_secret_values`): only the worker's masker knows them. Carried on as this
+        boolean (trigger kwargs, the UI's job record), never as the values. ``True`` when they
+        cannot be told (the connection, hence the dialect's secret fields, unreadable): the safe
+        answer, and publishing the job must not fail on it."""
+        try:
+            return bool(self.program_secret_values())
+        except Exception:  # noqa: BLE001
+            return True
 
     def _follow_log_on_worker(self) -> tuple[LogFollow | None, SecretLines]:
         """How a wait on the worker follows the program log (``stream_logs``): from the start (a
@@ -358,6 +377,8 @@ class TrainingJobTaskMixin(_Host):
             seen_at=datetime.now(UTC),
             try_number=try_number if isinstance(try_number, int) else None,
             secret_references=self.program_secret_references(),
+            spec_known=self.knows_spec,
+            unreferenced_secrets=self.has_unreferenced_secrets(),
         )
         value = ref.model_dump(mode="json")
         ti.xcom_push(key=JOB_REF_XCOM_KEY, value=value)
@@ -635,11 +656,16 @@ class TrainingJobTaskMixin(_Host):
                 ti.xcom_push(key=event_cursor_key(identity.try_number), value=0)
             except Exception as exc:  # noqa: BLE001
                 self.log.warning("Event cursor not initialised (%s)", exc)
+        unreferenced = False
         if self.stream_logs and self.hook.dialect.capabilities.program_logs:
             try:  # the trigger's program-log cursor, as the event cursor (None: from the start)
                 ti.xcom_push(key=log_cursor_key(identity.try_number), value=None)
             except Exception as exc:  # noqa: BLE001
                 self.log.warning("Log cursor not initialised (%s)", exc)
+            # the triggerer cannot mask values it never sees: it writes no program line (said once, here)
+            unreferenced = self.has_unreferenced_secrets()
+            if unreferenced:
+                note_unreferenced_secrets(self.log)
         trigger = TrainingJobTrigger(
             conn_id=self.conn_id,
             job_id=job.id,
@@ -653,6 +679,7 @@ class TrainingJobTaskMixin(_Host):
             try_number=identity.try_number,
             stream_logs=self.stream_logs,
             secret_references=json.dumps(self.program_secret_references()) if self.stream_logs else None,
+            unreferenced_secrets=unreferenced,
             **self.polling.model_dump(exclude={"clear_grace"}),
             **self.cancel_policy.model_dump(),
             **(self.guards.model_dump(mode="json") if self.guards is not None and self.guards.any else {}),

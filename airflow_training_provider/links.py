@@ -48,6 +48,12 @@ class JobReference(BaseModel):
     :ivar secret_references: the spec's secret references (``{"conn_id", "field"}`` or
         ``{"variable"}``: names, never values), so that whoever shows the program's log lines (the
         UI) masks the values the program may print.
+    :ivar spec_known: published by the task that submitted the job from its spec (the submit
+        operator), so ``secret_references`` names its secrets; ``False`` (a sensor, or a record of
+        an older version): the UI shows none of the program's lines.
+    :ivar unreferenced_secrets: the rendered spec holds secret values written in it or rendered
+        from a template (never the values themselves): only the worker could mask them, so the UI
+        shows none of the program's lines.
     """
 
     conn_id: str
@@ -58,6 +64,8 @@ class JobReference(BaseModel):
     seen_at: datetime | None = None
     try_number: int | None = None
     secret_references: list[dict[str, str]] = Field(default_factory=list)
+    spec_known: bool = False
+    unreferenced_secrets: bool = False
 
 
 class TrainingJobConsoleLink(BaseOperatorLink):

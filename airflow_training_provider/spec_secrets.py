@@ -51,6 +51,12 @@ _SECRET_WORDS = frozenset({"key", "auth", "pwd", "pat"})
 _SECRET_PARTS = ("token", "secret", "password", "passwd", "passphrase", "credential", "apikey", "private_key")
 
 
+# ``Key`` beside these names an object or a tag, not a secret: an OSS/S3 location (``{"Bucket",
+# "Key"}``, PAI's ``CodeDir.LocationValue``) or a tag (``{"Key", "Value"}``, SageMaker's ``Tags``).
+# Taken for a secret it would stop the program's lines while deferred (``stream_logs``).
+_KEY_NAMES_OBJECT_WITH = frozenset({"Bucket", "Value"})
+
+
 class SecretNotFoundError(InvalidJobSpecError):
     """A secret reference (or ``wandb_conn_id``) names a connection or Variable that no secrets
     backend has. Nothing was submitted. Unlike other spec errors the task's retries apply: the
@@ -160,7 +166,9 @@ def resolve_references(
 ) -> tuple[dict[str, Any], list[str]]:
     """``(spec with every reference replaced by its value, the values)``; ``spec`` is not changed.
 
-    Call it on the worker only: the values must not reach anything Airflow stores.
+    Called on the worker (before submit), in the triggerer and in the API server (to mask the
+    program's lines); the values returned must not reach anything Airflow stores (XCom, trigger
+    kwargs, rendered fields).
 
     :param read_connection: ``(conn_id, field) → value`` (default: the Task SDK's connection
         lookup, which asks every secrets backend).
@@ -232,8 +240,9 @@ def _airflow_hides(name: str) -> bool:
 def secret_values(spec: Any, dialect: Dialect | None) -> list[str]:
     """The secret values written in ``spec`` (literally or rendered from a template): strings in
     the dialect's :attr:`~Dialect.secret_fields`, and anywhere under a key that
-    :func:`looks_secret` (an environment variable's name included). References are skipped
-    (their names are not secrets); with no ``dialect`` only the key rule applies."""
+    :func:`looks_secret` (an environment variable's name included), except ``Key`` beside
+    ``Bucket`` or ``Value`` (an object location, a tag). References are skipped (their names are
+    not secrets); with no ``dialect`` only the key rule applies."""
     found: list[str] = []
     if not isinstance(spec, dict):
         return found
@@ -246,8 +255,9 @@ def secret_values(spec: Any, dialect: Dialect | None) -> list[str]:
         if is_reference(node):
             return
         if isinstance(node, dict):
+            names_object = "Key" in node and bool(node.keys() & _KEY_NAMES_OBJECT_WITH)
             for key, value in node.items():
-                walk(value, secret or looks_secret(str(key)))
+                walk(value, secret or (looks_secret(str(key)) and not (key == "Key" and names_object)))
         elif isinstance(node, list):
             for value in node:
                 walk(value, secret)

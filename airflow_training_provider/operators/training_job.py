@@ -143,8 +143,11 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
         ``ListTrainingJobLogs``, ModelArts' log preview) into the task log while waiting, as
         ``[program] <line>``: each once and in order, deferred (across triggerer restarts) or on
         the worker, the last ones (a traceback) before the task ends; secrets the spec gives the
-        program show as ``***``. On a platform whose API does not serve them (TensorOne, Together)
-        one line says so. A boolean, not templated.
+        program show as ``***`` (not those shorter than ``[logging] min_length_masked_secret``, as
+        in Airflow). Secrets written in the spec or rendered from a template, not references, are
+        known on the worker only: deferred, the lines are then not written (one warning says so).
+        On a platform whose API does not serve them (TensorOne, Together) one line says so. A
+        boolean, not templated.
     :param model_alias: publish the trained model as an Airflow asset through
         ``AssetAlias(model_alias)`` (added to the task's outlets) when the task succeeds: the asset's
         URI is the model's checkpoint (a guard's best, else the final one; ``s3://``, ``oss://``,
@@ -171,6 +174,7 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
     """
 
     template_fields: Sequence[str] = ("spec", "conn_id", "wandb_conn_id")
+    knows_spec = True
     guards: Guards  # always set here (the mixin's may be None)
     operator_extra_links = (TrainingJobConsoleLink(),)
     template_fields_renderers = {"spec": "json"}

@@ -56,8 +56,11 @@ class TrainingJobSensor(TrainingJobTaskMixin, BaseSensorOperator):
         waiting, as ``[program] <line>``, each once and in order, the last ones (a traceback) before
         the task ends; deferred (across triggerer restarts) or not. On a platform whose API does
         not serve them (TensorOne, Together) one line says so. In ``reschedule`` mode each poke
-        starts the log over. The sensor knows no spec: a secret the program prints is masked only
-        when Airflow's masker knows it (give ``stream_logs`` to the submitting operator instead).
+        starts the log over. The sensor knows no spec, so it masks nothing itself: its lines pass
+        through Airflow's masker only, which hides just the values registered in the process
+        writing them (the worker, or the triggerer when deferred), and a secret the program prints
+        may show. The Training job tab shows none of its lines. To have them masked, give
+        ``stream_logs`` to the submitting operator instead.
 
     Returns the final job as JSON, like :class:`SubmitTrainingJobOperator`.
     """

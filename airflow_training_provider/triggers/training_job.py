@@ -115,6 +115,9 @@ class TrainingJobTrigger(BaseTrigger):
     :param secret_references: the spec's secret references as a JSON list (``{"conn_id",
         "field"}`` or ``{"variable"}``: names, never values; a string, so the kwargs stay flat);
         resolved here to mask the program's lines.
+    :param unreferenced_secrets: the spec holds secret values written in it or rendered from a
+        template (a boolean, never the values): this process cannot mask them, so it writes none
+        of the program's lines (the worker warned once at the deferral).
     :param deferred_at: UNIX time (seconds) the task deferred; the event waits until
         ``deferred_at + resume_settle`` (see :class:`~airflow_training_provider.lifecycle.waiting.Polling`).
     :param dag_id, run_id, task_id, map_index, try_number: the task instance try that deferred —
@@ -149,6 +152,7 @@ class TrainingJobTrigger(BaseTrigger):
         stream_logs: bool = False,
         log_cursor: str | None = None,
         secret_references: str | None = None,
+        unreferenced_secrets: bool = False,
         **options: Any,
     ) -> None:
         super().__init__()
@@ -164,6 +168,7 @@ class TrainingJobTrigger(BaseTrigger):
         self.stream_logs = bool(stream_logs)
         self.log_cursor = log_cursor
         self.secret_references = secret_references
+        self.unreferenced_secrets = bool(unreferenced_secrets)
         self.identity = (
             TaskIdentity(dag_id, run_id, task_id, map_index, try_number)
             if dag_id and run_id and task_id
@@ -192,6 +197,7 @@ class TrainingJobTrigger(BaseTrigger):
                 "stream_logs": self.stream_logs,
                 "log_cursor": self.log_cursor,
                 "secret_references": self.secret_references,
+                "unreferenced_secrets": self.unreferenced_secrets,
                 **self.polling.model_dump(),
                 **self.policy.model_dump(),
                 **self.guards.model_dump(mode="json"),
@@ -276,9 +282,12 @@ class TrainingJobTrigger(BaseTrigger):
         """Where to follow the program log from (the saved cursor, else the kwarg's) and the
         secrets to mask in its lines, resolved here from the spec's references. ``(None, None)``:
         not followed — the platform has no program log (one note), or a secret could not be
-        resolved (a warning: no line is written rather than one showing a secret)."""
+        resolved (a warning: no line is written rather than one showing a secret), or the spec
+        holds secret values only the worker knows (``unreferenced_secrets``; the worker warned)."""
         if not dialect.capabilities.program_logs:
             note_unavailable(self.log, dialect.name)
+            return None, None
+        if self.unreferenced_secrets:
             return None, None
         try:
             references = json.loads(self.secret_references) if self.secret_references else []

@@ -16,6 +16,7 @@ platform does not answer, the last state the task saw is shown).
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from datetime import UTC, datetime
@@ -44,7 +45,18 @@ ENDED_LOG_CACHE_SECONDS = 60.0
 
 _cache: dict[tuple[str, str], tuple[float, TrainingJob | None, str | None]] = {}
 _cache_lock = threading.Lock()
-_log_cache: dict[tuple[str, str], tuple[float, float, ProgramLog | None]] = {}
+#: the view's note when a record came without a spec (a sensor's)
+NOT_SHOWN_WITHOUT_SPEC = (
+    "Not shown: this task watched a job it did not submit, so the secrets its program may print "
+    "are not known here; the task log has its lines (through Airflow's masker)"
+)
+#: the view's note when the spec held secret values written in it or rendered from a template
+NOT_SHOWN_UNREFERENCED = (
+    "Not shown: the spec holds secret values written in it or rendered from a template, which only "
+    "the worker can mask; give them as secret references to see the lines here"
+)
+# keyed by what decides the masking too: two tabs showing one job from two records never share lines
+_log_cache: dict[tuple[str, str, bool, bool, str], tuple[float, float, ProgramLog | None]] = {}
 
 
 def map_index_param(map_index: Annotated[str, Query()] = "-1") -> int:
@@ -99,7 +111,10 @@ def ask_program_log(ref: JobReference, job: TrainingJob | None) -> ProgramLog | 
     """The job's program log from its platform (the same read as ``stream_logs``: up to
     :data:`PROGRAM_LOG_PAGES` pages from the start, the last lines kept), masked against the
     secrets the try's spec named (``ref.secret_references``, resolved here) and cut as the task log
-    cuts them; cached. ``None``: no job, or the platform serves no program log."""
+    cuts them; cached per job and masking. ``None``: no job, or the platform serves no program log.
+    No lines, with a note, for a record that came without a spec (a sensor's: the secrets its
+    program may print are unknown here) or whose spec holds secret values written in it
+    (``ref.unreferenced_secrets``: only the worker knew them)."""
     from airflow_training_provider.hooks.training import TrainingPlatformHook
     from airflow_training_provider.hooks.transport import RetryPolicy
     from airflow_training_provider.lifecycle.operations import LogFollow, NewLogLines
@@ -107,7 +122,13 @@ def ask_program_log(ref: JobReference, job: TrainingJob | None) -> ProgramLog | 
 
     if job is None:
         return None
-    key = (ref.conn_id, ref.job_id)
+    key = (
+        ref.conn_id,
+        ref.job_id,
+        ref.spec_known,
+        ref.unreferenced_secrets,
+        json.dumps(ref.secret_references, sort_keys=True),
+    )
     with _cache_lock:
         hit = _log_cache.get(key)
         if hit is not None and time.monotonic() - hit[0] < hit[1]:
@@ -119,6 +140,10 @@ def ask_program_log(ref: JobReference, job: TrainingJob | None) -> ProgramLog | 
         )
         if not hook.dialect.capabilities.program_logs:
             log: ProgramLog | None = None
+        elif not ref.spec_known:
+            log = program_log([], True, NOT_SHOWN_WITHOUT_SPEC)
+        elif ref.unreferenced_secrets:
+            log = program_log([], True, NOT_SHOWN_UNREFERENCED)
         else:
             try:
                 secrets = resolve_secrets(ref.secret_references)

@@ -57,7 +57,8 @@ class ProgramLog(BaseModel):
     :ivar earlier: lines read before those shown (left out).
     :ivar complete: the read reached the end of the log; ``False``: the log is longer than one read
         (``PROGRAM_LOG_PAGES`` pages), the lines shown are not its last ones.
-    :ivar note: why there are no lines (not readable, secrets not resolvable), if that is known.
+    :ivar note: why there are no lines (not readable, secrets not resolvable, a sensor's record,
+        secrets written in the spec), if that is known.
     """
 
     lines: list[str] = Field(default_factory=list)

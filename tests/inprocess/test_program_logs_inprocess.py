@@ -78,7 +78,10 @@ def expected(fail: bool = False) -> list[str]:
     )
 
 
-def operator(*, deferrable: bool, fail: bool = False, burst: float = 0.1) -> SubmitTrainingJobOperator:
+def operator(
+    *, deferrable: bool, fail: bool = False, burst: float = 0.1, literal: bool = False
+) -> SubmitTrainingJobOperator:
+    """The SageMaker script-mode job; ``literal``: the secret written in the spec, not referenced."""
     hyperparameters = {**script_hyperparameters(), "sagemaker_program": json.dumps("print_lines.py")}
     hyperparameters["sagemaker_submit_directory"] = json.dumps(CODE_URI)
     spec = {
@@ -91,7 +94,7 @@ def operator(*, deferrable: bool, fail: bool = False, burst: float = 0.1) -> Sub
         "ResourceConfig": {"InstanceType": "ml.m5.large", "InstanceCount": 1, "VolumeSizeInGB": 10},
         "StoppingCondition": {"MaxRuntimeInSeconds": 600},
         "HyperParameters": hyperparameters,
-        "Environment": environment(fail, burst),
+        "Environment": {**environment(fail, burst), **({"DB_PASSWORD": PASSWORD} if literal else {})},
     }
     return SubmitTrainingJobOperator(
         task_id="train",
@@ -237,6 +240,37 @@ def test_a_restarted_trigger_writes_no_line_twice_and_loses_none_and_masks_secre
     assert PASSWORD not in "\n".join(before.lines + after.lines)
 
 
+def test_a_secret_written_in_the_spec_is_not_streamed_while_deferred_nor_shown_in_the_tab(capfd, caplog):
+    from airflow_training_provider.links import JobReference
+    from airflow_training_provider.ui.app import NOT_SHOWN_UNREFERENCED, ask_program_log
+
+    op = operator(deferrable=True, literal=True)
+    ctx = task_context(op, run_id=f"program-logs-literal-{uuid.uuid4().hex[:6]}")
+    with InMemoryAirflow().installed():
+        with pytest.raises(TaskDeferred) as deferred:
+            op.execute(ctx)
+        kwargs = json.loads(json.dumps(deferred.value.trigger.serialize()[1]))
+        kwargs.update(resume_settle=0.0, spread_polls=False)
+        trigger = TrainingJobTrigger(**kwargs)
+        trigger._log = recorder = Recorder()
+        event = asyncio.run(first_event(trigger))
+    out, err = capfd.readouterr()
+    ref = JobReference.model_validate(ctx["ti"].xcoms["training_job"])
+    assert kwargs["unreferenced_secrets"] is True and PASSWORD not in json.dumps(kwargs)
+    assert ref.unreferenced_secrets is True and PASSWORD not in ref.model_dump_json()
+    assert event.payload["status"] == "terminal" and event.payload["job"]["state"] == "succeeded"
+    assert recorder.program() == [] and PASSWORD not in "\n".join(recorder.lines)
+    warnings = [line for line in (out + err + caplog.text).splitlines() if "only the worker can mask" in line]
+    assert len({w.split("stream_logs:", 1)[1] for w in warnings}) == 1 and "deferrable=False" in warnings[0]
+    log = ask_program_log(ref, ref.job)
+    assert log is not None and log.lines == [] and log.note == NOT_SHOWN_UNREFERENCED
+    # the worker's masker knows the value: a wait on the worker streams every line, masked
+    worker = operator(deferrable=False, literal=True)
+    run_task(worker, task_context(worker, run_id=f"program-logs-literal-w-{uuid.uuid4().hex[:6]}"))
+    out, err = capfd.readouterr()
+    assert program_lines(out + err) == expected() and PASSWORD not in out + err
+
+
 def test_the_sensor_in_poke_mode_streams_the_jobs_lines_too(capfd, caplog):
     submitted = operator(deferrable=False)
     submitted.wait_for_completion = False
@@ -251,11 +285,20 @@ def test_the_sensor_in_poke_mode_streams_the_jobs_lines_too(capfd, caplog):
         deferrable=False,
         stream_logs=True,
     )
-    result = run_task(sensor, task_context(sensor, run_id=ctx["run_id"]))
+    sensor_ctx = task_context(sensor, run_id=ctx["run_id"])
+    result = run_task(sensor, sensor_ctx)
     out, err = capfd.readouterr()
     assert result["state"] == "succeeded"
     # the sensor knows no spec: its lines are masked by what the worker registered (the submit's)
     assert program_lines(out + err)[:LINES] == expected()[:LINES] and program_lines(out + err)[-1] == "done"
+    # nor does the UI: the sensor's record shows no lines, the same job's submit record shows them masked
+    from airflow_training_provider.links import JobReference
+    from airflow_training_provider.ui.app import NOT_SHOWN_WITHOUT_SPEC, ask_program_log
+
+    ref = JobReference.model_validate(sensor_ctx["ti"].xcoms["training_job"])
+    assert ref.spec_known is False
+    log = ask_program_log(ref, ref.job)
+    assert log is not None and log.lines == [] and log.note == NOT_SHOWN_WITHOUT_SPEC
 
 
 def test_a_platform_without_program_logs_says_so_once_and_the_task_succeeds(control, capfd):
@@ -280,5 +323,8 @@ def test_the_training_job_tab_shows_the_last_program_lines_masked(capfd):
     ref = JobReference.model_validate(ctx["ti"].xcoms["training_job"])
     assert ref.secret_references == [{"conn_id": SECRET_CONN}], "names only, for the view to mask"
     capfd.readouterr()
+    # a record of the same job naming no secrets is asked first: its read is not reused for this one
+    unmasked = ask_program_log(ref.model_copy(update={"secret_references": []}), ref.job)
+    assert unmasked is not None and f"connecting with password {PASSWORD}" in unmasked.lines
     log = ask_program_log(ref, ref.job)
     assert log is not None and log.lines == expected() and log.complete and log.earlier == 0

@@ -226,6 +226,37 @@ def test_secrets_are_masked_longest_first_and_short_values_left_alone():
     assert "hunter2" not in repr(secrets)
 
 
+PEM = "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n  kgSjMIIEnwIBAAKCAQEAu1SU1LfVLPHC  \nab\n-----END PRIVATE KEY-----\n"
+
+
+def test_each_line_of_a_multi_line_secret_is_masked_on_its_own():
+    secrets = SecretLines([PEM], min_length=5)
+    assert secrets.mask("key: kgSjMIIEnwIBAAKCAQEAu1SU1LfVLPHC") == "key: ***", "a stripped line of the value"
+    assert secrets.mask("MIIEvQIBADANBgkqhkiG9w0BAQEFAASC") == "***"
+    assert secrets.mask("ab cd") == "ab cd", "a line shorter than the minimum is not masked"
+    assert secrets.mask(PEM) == "***", "the whole value still masked whole (longest first)"
+
+
+def test_the_minimum_length_is_airflows_setting_and_never_masked_words_are_skipped(monkeypatch):
+    monkeypatch.setenv("AIRFLOW__LOGGING__MIN_LENGTH_MASKED_SECRET", "8")
+    secrets = SecretLines(["seven77", "eight888", "Airflow", "airflow-pw"])
+    line = "seven77 eight888 Airflow airflow-pw"
+    assert secrets.mask(line) == "seven77 *** Airflow ***"
+    monkeypatch.setenv("AIRFLOW__LOGGING__MIN_LENGTH_MASKED_SECRET", "3")
+    assert SecretLines(["abc", "airflow", "AIRFLOW"]).mask("abc airflow AIRFLOW") == "*** airflow AIRFLOW"
+
+
+def test_an_object_location_or_a_tag_is_not_a_secret_written_in_the_spec():
+    from airflow_training_provider.spec_secrets import secret_values
+
+    spec = {
+        "CodeDir": {"LocationType": "oss", "LocationValue": {"Bucket": "code", "Key": "logs-pai/"}},
+        "Tags": [{"Key": "team", "Value": "vision"}],
+        "Environments": {"WANDB_KEY": "wandb-literal-1", "extra": {"Key": "still-a-secret"}},
+    }
+    assert secret_values(spec, None) == ["wandb-literal-1", "still-a-secret"]
+
+
 def test_long_lines_are_cut_and_control_characters_replaced():
     assert shown("a\tb\x1b[31mc") == "a\tb�[31mc"
     cut = shown("y" * (MAX_LINE_CHARS + 5))
