@@ -83,14 +83,22 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser(
         "check-stop",
         help="run a spec's training program, stop it as the platform would, and say whether it saved its work",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    check.add_argument("spec", help="the job spec (JSON file): the platform's create body")
+    check.add_argument("spec", help="the job spec (JSON file) as the task sends it, templates rendered")
     check.add_argument("--platform", choices=sorted(PROGRAM_SOURCES), default="sagemaker")
-    check.add_argument("--data-dir", default=".", help="the local platform's data directory (its s3/ root)")
+    check.add_argument(
+        "--data-dir", default=".", help="the local platform's data directory (its s3/, oss/ and obs/ roots)"
+    )
     when = check.add_mutually_exclusive_group()
     when.add_argument("--after-seconds", type=float, default=10.0, help="stop it this long after the start")
     when.add_argument("--after-checkpoint", action="store_true", help="stop it at its first checkpoint")
-    check.add_argument("--grace-seconds", type=float, default=120.0, help="SIGKILL this long after SIGTERM")
+    check.add_argument(
+        "--grace-seconds",
+        type=float,
+        default=None,
+        help="SIGKILL this long after SIGTERM (default: the platform's; SageMaker 120, PAI and ModelArts 30)",
+    )
     return parser
 
 

@@ -12,10 +12,14 @@ directories and environment, :mod:`.engine.programs`), stops it once it is train
 
 The program is **ready** when it wrote a checkpoint after the stop signal, exited within the grace,
 and exited cleanly (status 0, or the SIGTERM it was sent: ``-15``/``143``). Anything else is named.
+A program that ends before the stop signal was not checked at all: that is said as such (it
+finished: give it more to do; it failed: its output says why), not as "not ready".
 
 ``airflow-training-platform check-stop SPEC.json --platform sagemaker|pai|modelarts [--data-dir DIR]
-[--after-seconds N | --after-checkpoint] [--grace-seconds S]``; exit status 0 when ready, 1 when
-not, 2 for a spec that names no program.
+[--after-seconds N | --after-checkpoint] [--grace-seconds S]``; the grace defaults to the local
+platform's for that platform (SageMaker 120 s, PAI and ModelArts 30 s). Exit status 0 when ready,
+1 when not, 2 for a spec that cannot be run (no program, templates not rendered, code not
+uploaded), 3 when the program ended before it could be stopped.
 """
 
 from __future__ import annotations
@@ -62,9 +66,17 @@ class StopCheck:
     def ready(self) -> bool:
         return not self.problems
 
+    @property
+    def checked(self) -> bool:
+        """The program was stopped (it had not ended before the stop signal)."""
+        return self.ran_seconds is not None
+
     def report(self) -> str:
         """A few lines for a terminal."""
-        lines = ["READY: the program saves its work when stopped" if self.ready else "NOT READY"]
+        if not self.checked:
+            lines = ["NOT CHECKED: the program ended before it could be stopped"]
+        else:
+            lines = ["READY: the program saves its work when stopped" if self.ready else "NOT READY"]
         lines += [f"  - {p}" for p in self.problems]
         if self.ran_seconds is not None:
             lines.append(f"stopped after {self.ran_seconds:.1f} s of running")
@@ -116,10 +128,15 @@ def check_stop(
     else:
         exited.wait(after_seconds)
     if exited.is_set():
-        result.problems.append(
-            f"it exited (status {result.returncode}) before it was stopped: stop it sooner "
-            "(--after-seconds) or give it more to do"
-        )
+        if result.returncode == 0:
+            result.problems.append(
+                "it finished its work (status 0) before the stop: give it more to do (more epochs) "
+                "or stop it sooner (--after-seconds)"
+            )
+        else:
+            result.problems.append(
+                f"it failed (status {result.returncode}) before the stop: see its last output"
+            )
     else:
         result.ran_seconds = time.monotonic() - started
         stop_at = time.monotonic()
@@ -236,25 +253,50 @@ PROGRAM_SOURCES: dict[str, Callable[[dict[str, Any], str], ProgramSource]] = {
 """Platform → how its spec names a program (``spec, data_dir → ProgramSource``)."""
 
 
+def default_grace_seconds(platform: str) -> float:
+    """The stop grace (seconds) the local platform gives ``platform``'s jobs by default: its
+    ``--<platform>-stop-grace-seconds`` setting (SageMaker 120, PAI 30, ModelArts 30)."""
+    from airflow_training_platform.settings import PlatformSettings
+
+    return float(PlatformSettings.model_fields[f"{platform}_stop_grace_seconds"].default)
+
+
 def run_check(args: Any) -> int:
     """The ``check-stop`` subcommand (see the module doc); returns the exit status."""
     with open(args.spec, encoding="utf-8") as fh:
-        spec = json.load(fh)
+        text = fh.read()
+    if "{{" in text or "{%" in text:
+        print(
+            f"{args.spec}: the spec still holds Jinja templates ({{{{ … }}}}): give check-stop the spec as "
+            "the task sends it, rendered (the task's Rendered Template view, or `airflow tasks render`)"
+        )
+        return 2
+    spec = json.loads(text)
     data_dir = os.path.abspath(args.data_dir)
     try:
         source = PROGRAM_SOURCES[args.platform](spec, data_dir)
     except (ValueError, ApiError) as exc:  # no program, or a field the platform would refuse
         print(f"{args.spec}: {exc}")
         return 2
+    grace = args.grace_seconds if args.grace_seconds is not None else default_grace_seconds(args.platform)
     job_dir = os.path.join(data_dir, "stop-checks", time.strftime("%Y%m%dT%H%M%S"))
     os.makedirs(job_dir, exist_ok=True)
-    result = check_stop(
-        source,
-        job_dir,
-        after_seconds=None if args.after_checkpoint else args.after_seconds,
-        after_checkpoint=args.after_checkpoint,
-        grace_seconds=args.grace_seconds,
-    )
+    try:
+        result = check_stop(
+            source,
+            job_dir,
+            after_seconds=None if args.after_checkpoint else args.after_seconds,
+            after_checkpoint=args.after_checkpoint,
+            grace_seconds=grace,
+        )
+    except FileNotFoundError as exc:  # the code or data the spec names is not under data_dir
+        print(
+            f"{args.spec}: {exc}\n(upload the code and data first — or run the DAG once — to the local "
+            f"platform whose --data-dir is {data_dir}, and give check-stop that --data-dir)"
+        )
+        return 2
     print(result.report())
     print(f"(the program ran in {job_dir})")
+    if not result.checked:
+        return 3
     return 0 if result.ready else 1

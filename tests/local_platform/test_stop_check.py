@@ -121,3 +121,48 @@ def test_a_spec_without_a_program_is_refused(tmp_path, capsys):
     path.write_text(json.dumps({"HyperParameters": {"epochs": "3"}}))
     assert main(["check-stop", str(path), "--data-dir", str(tmp_path)]) == 2
     assert "names no program" in capsys.readouterr().out
+
+
+def test_a_program_that_ends_before_the_stop_was_not_checked_and_says_why(tmp_path, capsys):
+    put_code_and_data(str(tmp_path))
+    spec = {
+        "AlgorithmSpecification": {"TrainingImage": "local/sklearn:1", "TrainingInputMode": "File"},
+        "HyperParameters": script_hyperparameters(epochs=2, seconds_per_epoch=0.01),
+        "InputDataConfig": [
+            {
+                "ChannelName": "train",
+                "DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": DATA_URI}},
+            }
+        ],
+    }
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(spec))
+    status = main(["check-stop", str(path), "--data-dir", str(tmp_path), "--after-seconds", "3"])
+    out = capsys.readouterr().out
+    assert status == 3, out
+    assert out.startswith("NOT CHECKED: the program ended before it could be stopped")
+    assert "it finished its work (status 0) before the stop: give it more to do" in out
+
+
+def test_a_spec_with_templates_or_without_its_uploaded_code_cannot_be_run(tmp_path, capsys):
+    spec = {
+        "AlgorithmSpecification": {"TrainingImage": "local/sklearn:1", "TrainingInputMode": "File"},
+        "HyperParameters": script_hyperparameters(epochs=2, seconds_per_epoch=0.01),
+    }
+    path = tmp_path / "spec.json"
+    path.write_text(
+        json.dumps({**spec, "HyperParameters": {**spec["HyperParameters"], "epochs": "{{ params.epochs }}"}})
+    )
+    assert main(["check-stop", str(path), "--data-dir", str(tmp_path)]) == 2
+    assert "the spec still holds Jinja templates" in capsys.readouterr().out
+
+    path.write_text(json.dumps(spec))  # rendered, but nothing uploaded under this data directory
+    assert main(["check-stop", str(path), "--data-dir", str(tmp_path)]) == 2
+    out = capsys.readouterr().out
+    assert "upload the code and data first" in out and str(tmp_path) in out
+
+
+def test_the_grace_defaults_to_the_local_platforms_for_each_platform():
+    from airflow_training_platform.stop_check import default_grace_seconds
+
+    assert [default_grace_seconds(p) for p in ("sagemaker", "pai", "modelarts")] == [120.0, 30.0, 30.0]
