@@ -13,7 +13,7 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 from asgiref.sync import sync_to_async
@@ -49,10 +49,11 @@ from airflow_training_provider.triggers.shutdown import stopping, watch_stop_sig
 # Strong references to in-flight on_kill cancellations: a task only weakly referenced by the loop
 # could be garbage-collected mid-cancel.
 _BACKGROUND_CANCELS: set[asyncio.Task] = set()
+_T = TypeVar("_T")
 
 #: seconds the event waits after the last events were written to the log (see ``run``).
 LOG_DRAIN_SECONDS = 2.0
-#: tries to read the saved event cursor when the trigger starts (1 s, 2 s apart).
+#: tries to read a saved cursor (event, program log) when the trigger starts (1 s, 2 s apart).
 CURSOR_READ_ATTEMPTS = 3
 
 _POLICY_FIELDS = frozenset(CancelPolicy.model_fields)
@@ -256,21 +257,27 @@ class TrainingJobTrigger(BaseTrigger):
         yield TriggerEvent(outcome.model_dump(mode="json"))
 
     async def _load_cursor(self) -> int:
-        """The saved event cursor; a few tries, since a triggerer that has just started may not
-        reach the API server yet. Unreadable (no XCom access, e.g. ``dag.test``): the kwarg's
-        cursor is used, and events written since the deferral may be written again."""
+        """The saved event cursor (:meth:`_load_saved`); unreadable: the kwarg's cursor is used, and
+        events written since the deferral may be written again."""
+        return int(await self._load_saved(get_event_cursor, "Event cursor", "events") or 0)
+
+    async def _load_saved(self, read: Callable[[TaskIdentity], _T], what: str, repeated: str) -> _T | None:
+        """A cursor the try saved in its XCom (``read`` is its getter), with a few tries
+        (:data:`CURSOR_READ_ATTEMPTS`), since a triggerer that has just started may not reach the
+        API server yet. ``None``: none saved, no identity, or still unreadable (warned: ``what``
+        is not readable, ``repeated`` may be written to the log again — e.g. in ``dag.test``)."""
         if self.identity is None:
-            return 0
+            return None
+        identity = self.identity
         try:
             async for attempt in AsyncRetrying(
                 stop=stop_after_attempt(CURSOR_READ_ATTEMPTS), wait=wait_exponential(1, max=4), reraise=True
             ):
                 with attempt:
-                    value = await sync_to_async(get_event_cursor)(self.identity)
+                    return await sync_to_async(read)(identity)
         except Exception as exc:  # noqa: BLE001
-            self.log.warning("Event cursor not readable (%s): events may be written to the log again", exc)
-            return 0
-        return int(value or 0)
+            self.log.warning("%s not readable (%s): %s may be written to the log again", what, exc, repeated)
+        return None
 
     async def _follow_log(self, dialect: Any) -> tuple[LogFollow | None, SecretLines | None]:
         """Where to follow the program log from (the saved cursor, else the kwarg's) and the
@@ -290,15 +297,8 @@ class TrainingJobTrigger(BaseTrigger):
                 exc,
             )
             return None, None
-        cursor = self.log_cursor
-        if self.identity is not None:
-            try:
-                saved = await sync_to_async(get_log_cursor)(self.identity)
-            except Exception as exc:  # noqa: BLE001
-                self.log.warning("Log cursor not readable (%s): program lines may be written again", exc)
-            else:
-                cursor = saved if saved is not None else cursor
-        return LogFollow(cursor), secrets
+        saved = await self._load_saved(get_log_cursor, "Log cursor", "program lines")
+        return LogFollow(saved if saved is not None else self.log_cursor), secrets
 
     async def _save_log_cursor(self, cursor: str | None) -> None:
         if self.identity is None:
