@@ -10,6 +10,7 @@ import asyncio
 import json
 import re
 import tarfile
+import time
 import uuid
 from pathlib import Path
 
@@ -282,3 +283,33 @@ def test_the_training_job_tab_shows_the_last_program_lines_masked(capfd):
     capfd.readouterr()
     log = ask_program_log(ref, ref.job)
     assert log is not None and log.lines == expected() and log.complete and log.earlier == 0
+
+
+@pytest.mark.parametrize("fault", ["hangs", "fails"])
+def test_a_logs_endpoint_that_hangs_or_fails_does_not_delay_the_deadlines_cancel(user_code_platform, fault):
+    from airflow_training_platform.control import LocalPlatformControl
+
+    control = LocalPlatformControl(user_code_platform.url)
+    op = operator(deferrable=True, burst=2.0)  # 8 s of output: still running at the deadline
+    ctx = task_context(op, run_id=f"program-logs-{fault}-{uuid.uuid4().hex[:6]}")
+    broken = {"delay_seconds": 60.0} if fault == "hangs" else {"status": 500, "code": "ServiceUnavailable"}
+    rule = control.add_fault(
+        method="POST", header="X-Amz-Target", header_value="Logs_20140328.GetLogEvents", count=-1, **broken
+    )
+    try:
+        with InMemoryAirflow().installed():
+            with pytest.raises(TaskDeferred) as deferred:
+                op.execute(ctx)
+            kwargs = json.loads(json.dumps(deferred.value.trigger.serialize()[1]))
+            deadline = time.time() + 2.0
+            kwargs.update(resume_settle=0.0, spread_polls=False, deadline=deadline)
+            trigger = TrainingJobTrigger(**kwargs)
+            trigger._log = Recorder()
+            event = asyncio.run(first_event(trigger))
+            late = time.time() - deadline
+        fired = control.fault(rule["id"])["fired"]
+    finally:
+        control.clear_faults(rule_id=rule["id"])
+    assert event.payload["status"] == "timeout" and event.payload["cancel"] is not None, event.payload
+    assert fired >= 1, "the log was asked for (and did not answer)"
+    assert late < kwargs["poll_interval"] + 1.0, f"the cancel came {late:.1f} s after the deadline"
