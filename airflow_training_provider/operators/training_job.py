@@ -143,8 +143,8 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
         ``ListTrainingJobLogs``, ModelArts' log preview) into the task log while waiting, as
         ``[program] <line>``: each once and in order, deferred (across triggerer restarts) or on
         the worker, the last ones (a traceback) before the task ends; secrets the spec gives the
-        program show as ``***``. On a platform whose API does not serve them (TensorOne, Together)
-        one line says so. A boolean, not templated.
+        program show as ``***``. On a platform whose API does not serve them (its dialect's
+        ``capabilities.program_logs`` is false) one line says so. A boolean, not templated.
     :param model_alias: publish the trained model as an Airflow asset through
         ``AssetAlias(model_alias)`` (added to the task's outlets) when the task succeeds: the asset's
         URI is the model's checkpoint (a guard's best, else the final one; ``s3://``, ``oss://``,
