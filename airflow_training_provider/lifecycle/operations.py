@@ -92,6 +92,9 @@ class NewLogLines:
 LOG_PAGES_PER_POLL = 5
 #: program-log pages read once the job ended, before the wait returns (its last lines: a traceback)
 LOG_PAGES_AT_END = 50
+#: seconds a job's last program lines may take to become readable after it ended (CloudWatch Logs
+#: takes them in with a lag): a job that ended more recently is read once more after them
+LOG_SETTLE_SECONDS = 3.0
 
 
 @dataclass
@@ -478,9 +481,9 @@ class JobOperations:
         one fires the poll returns at once, the guard's stop in ``watch.fired``.
 
         Following the program log (``logs``, platforms with ``capabilities.program_logs``), each
-        poll reports its new lines (:class:`NewLogLines`, at most :data:`LOG_PAGES_PER_POLL` pages;
-        once the job ended, up to :data:`LOG_PAGES_AT_END` more before it returns) and moves
-        ``logs.cursor`` past them.
+        poll reports its new lines (:class:`NewLogLines`, at most :data:`LOG_PAGES_PER_POLL` pages,
+        read within one ``interval`` and never past the ``deadline``; once the job ended, its tail
+        before it returns: :meth:`log_tail`) and moves ``logs.cursor`` past them.
 
         :returns: the last job seen and the event cursor after it.
         :raises TransientPlatformError: polls kept failing for longer than ``budget`` seconds.
@@ -504,9 +507,10 @@ class JobOperations:
                 bound = self.clock() + interval
                 if deadline is not None and not job.is_terminal:
                     bound = min(bound, deadline)
-                yield from self.follow_log(
-                    job, logs, LOG_PAGES_AT_END if job.is_terminal else LOG_PAGES_PER_POLL, bound
-                )
+                if job.is_terminal:
+                    yield from self.log_tail(job, logs, interval)
+                else:
+                    yield from self.follow_log(job, logs, LOG_PAGES_PER_POLL, bound)
             if job.is_terminal:
                 job = yield from self.final_view(job, events)
             yield Progress(job)
@@ -565,6 +569,28 @@ class JobOperations:
             yield NewLogLines(tuple(lines), at)
             logs.cursor = at
         return complete
+
+    def log_tail(self, job: TrainingJob, logs: LogFollow, bound: float) -> Operation[None]:
+        """Read ended (or stopped) ``job``'s program log to its end: up to :data:`LOG_PAGES_AT_END`
+        pages (its last lines: a traceback, a checkpoint written on the stop), each read given at
+        most ``bound`` seconds. A job that ended less than :data:`LOG_SETTLE_SECONDS` ago (its
+        ``updated_at``; unknown: just now) is read once more after them, for lines the platform's
+        log service takes in late. Lines left unread then are not dropped silently: one warning says
+        where the rest is (the job's console page)."""
+        complete = yield from self.follow_log(job, logs, LOG_PAGES_AT_END, self.clock() + bound)
+        ago = self.clock() - job.updated_at.timestamp() if job.updated_at else 0.0
+        if complete and ago < LOG_SETTLE_SECONDS:
+            yield Sleep(LOG_SETTLE_SECONDS - max(0.0, ago))
+            complete = yield from self.follow_log(job, logs, LOG_PAGES_AT_END, self.clock() + bound)
+        if not complete:
+            self.warned_at = time.monotonic()
+            self.log.warning(
+                "stream_logs: job %s printed more than the task log took at its end (%d pages); the "
+                "rest is in its log on the platform: %s",
+                job.id,
+                LOG_PAGES_AT_END,
+                job.console_url or f"{self.dialect.name}'s console",
+            )
 
     def _logs_request(self, job: TrainingJob, cursor: str | None) -> tuple[ApiRequest | None, str | None]:
         """The dialect's request for ``job``'s log page at ``cursor``, and the cursor it is at: a

@@ -306,10 +306,27 @@ def test_a_logs_endpoint_that_hangs_or_fails_does_not_delay_the_deadlines_cancel
             trigger = TrainingJobTrigger(**kwargs)
             trigger._log = Recorder()
             event = asyncio.run(first_event(trigger))
-            late = time.time() - deadline
         fired = control.fault(rule["id"])["fired"]
     finally:
         control.clear_faults(rule_id=rule["id"])
     assert event.payload["status"] == "timeout" and event.payload["cancel"] is not None, event.payload
     assert fired >= 1, "the log was asked for (and did not answer)"
+    late = control.job(event.payload["job_id"])["cancel_requests"][0]["received_at"] - deadline
     assert late < kwargs["poll_interval"] + 1.0, f"the cancel came {late:.1f} s after the deadline"
+
+
+def test_the_lines_a_program_prints_while_the_deadline_stops_it_reach_the_task_log():
+    op = operator(deferrable=True, burst=2.0)  # 8 s of output: still running at the deadline
+    ctx = task_context(op, run_id=f"program-logs-deadline-{uuid.uuid4().hex[:6]}")
+    with InMemoryAirflow().installed():
+        with pytest.raises(TaskDeferred) as deferred:
+            op.execute(ctx)
+        kwargs = json.loads(json.dumps(deferred.value.trigger.serialize()[1]))
+        kwargs.update(resume_settle=0.0, spread_polls=False, deadline=time.time() + 2.5)
+        trigger = TrainingJobTrigger(**kwargs)
+        trigger._log = recorder = Recorder()
+        event = asyncio.run(first_event(trigger))
+    assert event.payload["status"] == "timeout" and event.payload["cancel"] is not None, event.payload
+    lines = recorder.program()
+    assert lines[:10] == expected()[:10] and lines[-1] == "SIGTERM: checkpoint ckpt-final written", lines
+    assert len(lines) == len(set(lines)), "no line twice"

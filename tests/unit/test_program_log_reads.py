@@ -7,8 +7,18 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from datetime import UTC, datetime
 
-from airflow_training_provider.lifecycle.operations import JobOperations, LogFollow, NewLogLines, advance
+from airflow_training_provider.lifecycle.operations import (
+    LOG_PAGES_AT_END,
+    LOG_SETTLE_SECONDS,
+    JobOperations,
+    LogFollow,
+    NewLogLines,
+    Sleep,
+    advance,
+)
+from airflow_training_provider.models import JobState
 from airflow_training_provider.platforms.base import ApiRequest
 from airflow_training_provider.triggers import training_job as trigger_module
 from airflow_training_provider.triggers.training_job import TrainingJobTrigger
@@ -41,24 +51,8 @@ def test_the_saved_log_cursor_is_read_with_retries_like_the_event_cursor(monkeyp
 
 
 def drive_follow(ops: JobOperations, logs: LogFollow, answer, pages: int = 5, until: float | None = None):
-    """One ``follow_log`` against ``answer(request)`` (a page body or an exception to throw in).
-    → (the requests sent, the reports, whether it read to the end)."""
-    operation = ops.follow_log(JOB, logs, pages, until)
-    sent, reports, reply, error = [], [], None, None
-    while True:
-        done, step = advance(operation, reply, error)
-        if done:
-            return sent, reports, step
-        reply = error = None
-        if isinstance(step, ApiRequest):
-            sent.append(step)
-            got = answer(step)
-            if isinstance(got, BaseException):
-                error = got
-            else:
-                reply = json.dumps(got).encode()
-        else:
-            reports.append(step)
+    """One ``follow_log`` (see :func:`drive`) → (the requests sent, the reports, whether it read to the end)."""
+    return drive(ops.follow_log(JOB, logs, pages, until), answer)
 
 
 def test_a_cursor_of_another_format_is_warned_about_once_and_the_log_read_from_its_start(caplog):
@@ -87,3 +81,58 @@ def test_log_pages_are_one_attempt_each_and_none_starts_after_the_poll_bound():
     assert [r.timeout for r in sent] == [7.0, 4.0, 1.0], "each call may take only the time left"
     assert {r.budget for r in sent} == {0.0}, "one attempt: a failed page is read at the next poll"
     assert reports == [NewLogLines(tuple(LINES[:6]), "6")] and complete is False
+
+
+def drive(operation, answer, clock: FakeClock | None = None):
+    """Drive ``operation`` against ``answer(request)``; a sleep moves ``clock``.
+    → (the requests sent, the reports and sleeps in order, the result)."""
+    sent, steps, reply, error = [], [], None, None
+    while True:
+        done, step = advance(operation, reply, error)
+        if done:
+            return sent, steps, step
+        reply = error = None
+        if isinstance(step, ApiRequest):
+            sent.append(step)
+            got = answer(step)
+            if isinstance(got, BaseException):
+                error = got
+            else:
+                reply = json.dumps(got).encode()
+        else:
+            steps.append(step)
+            if isinstance(step, Sleep) and clock is not None:
+                clock.now += step.seconds
+
+
+def test_a_log_longer_than_the_end_read_says_where_the_rest_is(caplog):
+    ops = JobOperations(Paged(), "http://h")
+    ended = JOB.model_copy(update={"state": JobState.FAILED, "console_url": "https://console/af-demo-1"})
+    endless = lambda r: {"lines": ["more", "more"], "more": True}  # noqa: E731
+    with caplog.at_level(logging.WARNING):
+        sent, steps, _ = drive(ops.log_tail(ended, LogFollow(), 10.0), endless)
+    assert len(sent) == LOG_PAGES_AT_END and steps == [NewLogLines(("more",) * 2 * LOG_PAGES_AT_END, "100")]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"stream_logs: job af-demo-1 printed more than the task log took at its end ({LOG_PAGES_AT_END} "
+        "pages); the rest is in its log on the platform: https://console/af-demo-1"
+    ]
+
+
+def test_a_job_that_just_ended_is_read_once_more_after_the_settle(caplog):
+    clock = FakeClock(1_000.0)
+    ops = JobOperations(Paged(), "http://h", clock)
+    ended = JOB.model_copy(
+        update={"state": JobState.SUCCEEDED, "updated_at": datetime.fromtimestamp(999.0, tz=UTC)}
+    )
+    log = LINES[:4]  # the last two lines reach the log service during the settle
+    late = lambda r: {"lines": (log if clock.now < 1_002.0 else LINES[:6])[r.params["from"] :], "more": False}  # noqa: E731
+    _, steps, _ = drive(ops.log_tail(ended, LogFollow(), 10.0), late, clock)
+    assert steps == [
+        NewLogLines(tuple(LINES[:4]), "4"),
+        Sleep(LOG_SETTLE_SECONDS - 1.0),
+        NewLogLines(tuple(LINES[4:6]), "6"),
+    ]
+    older = ended.model_copy(update={"updated_at": datetime.fromtimestamp(900.0, tz=UTC)})
+    _, steps, _ = drive(ops.log_tail(older, LogFollow("6"), 10.0), late, clock)
+    assert steps == [], "ended long ago: no settle"
+    assert not caplog.records
