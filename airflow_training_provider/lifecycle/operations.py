@@ -102,9 +102,12 @@ class LogFollow:
     """A wait that follows the job's program log (``stream_logs``): where it is in it.
 
     :ivar cursor: the dialect's cursor after the last line reported (``None``: from the start).
+    :ivar paused: read nothing for now (a trigger that could not resolve the secrets to mask the
+        lines with yet); the cursor stays, so no line is lost.
     """
 
     cursor: str | None = None
+    paused: bool = False
 
 
 Step = ApiRequest | Sleep | Progress | NewEvents | NewLogLines
@@ -541,7 +544,7 @@ class JobOperations:
 
         :returns: whether the read stopped at the end of what is readable now (``False``: the
             ``pages`` or the time ran out with more to read)."""
-        if not self.dialect.capabilities.program_logs:
+        if not self.dialect.capabilities.program_logs or logs.paused:
             return True
         complete = True
         lines: list[str] = []
@@ -577,6 +580,8 @@ class JobOperations:
         ``updated_at``; unknown: just now) is read once more after them, for lines the platform's
         log service takes in late. Lines left unread then are not dropped silently: one warning says
         where the rest is (the job's console page)."""
+        if logs.paused:
+            return
         complete = yield from self.follow_log(job, logs, LOG_PAGES_AT_END, self.clock() + bound)
         ago = self.clock() - job.updated_at.timestamp() if job.updated_at else 0.0
         if complete and ago < LOG_SETTLE_SECONDS:

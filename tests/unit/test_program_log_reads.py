@@ -15,11 +15,13 @@ from airflow_training_provider.lifecycle.operations import (
     JobOperations,
     LogFollow,
     NewLogLines,
+    Progress,
     Sleep,
     advance,
 )
 from airflow_training_provider.models import JobState
 from airflow_training_provider.platforms.base import ApiRequest
+from airflow_training_provider.program_logs import SecretLines
 from airflow_training_provider.triggers import training_job as trigger_module
 from airflow_training_provider.triggers.training_job import TrainingJobTrigger
 from tests.unit.canned import FakeClock
@@ -136,3 +138,29 @@ def test_a_job_that_just_ended_is_read_once_more_after_the_settle(caplog):
     _, steps, _ = drive(ops.log_tail(older, LogFollow("6"), 10.0), late, clock)
     assert steps == [], "ended long ago: no settle"
     assert not caplog.records
+
+
+def test_secrets_not_resolvable_at_first_are_tried_again_and_no_line_is_read_until_they_are(monkeypatch):
+    resolve = flaky(SecretLines(["s3cr3t-value"]), failures=2)
+    monkeypatch.setattr(trigger_module, "resolve_secrets", resolve)
+    monkeypatch.setattr(trigger_module, "get_log_cursor", lambda identity: "4")
+    monkeypatch.setattr(trigger_module, "CURSOR_READ_ATTEMPTS", 1)  # no waits between tries here
+    trigger = TrainingJobTrigger(conn_id="c", job_id="j", stream_logs=True, **IDENTITY)
+    logs, secrets = asyncio.run(trigger._follow_log(Paged()))
+    assert secrets is None and logs is not None and logs.paused and logs.cursor == "4"
+    ops = JobOperations(Paged(), "http://h")
+    assert drive_follow(ops, logs, pages_of) == ([], [], True), "paused: nothing read, the cursor kept"
+
+    async def save(cursor):
+        return None
+
+    task_log = logging.getLogger("task")
+    report = trigger_module._CursorSavingReport(task_log, 0, save, None, save, logs, trigger._resolve_secrets)
+    for _ in range(2):  # the polls: the second try (the third in all) resolves them
+        outcome = report(Progress(JOB))
+        assert outcome is not None, "one more try at each poll while paused"
+        asyncio.run(outcome)
+    assert resolve.calls == 3 and not logs.paused and report.secrets.mask("a s3cr3t-value") == "a ***"
+    assert report(Progress(JOB)) is None, "resolved: no more tries"
+    _, reports, _ = drive_follow(ops, logs, pages_of)
+    assert reports == [NewLogLines(tuple(LINES[4:14]), "14")], "read from the cursor, none lost"
