@@ -238,6 +238,12 @@ def test_a_restarted_trigger_writes_no_line_twice_and_loses_none_and_masks_secre
     assert PASSWORD not in "\n".join(before.lines + after.lines)
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="the sensor knows no spec, so nothing masks the secret its job's program prints unless "
+    "Airflow's masker in the sensor's own process knows it (a documented limitation; left to the "
+    "secret-masking work): the whole-list comparison shows the line unmasked",
+)
 def test_the_sensor_in_poke_mode_streams_the_jobs_lines_too(capfd, caplog):
     submitted = operator(deferrable=False)
     submitted.wait_for_completion = False
@@ -255,8 +261,8 @@ def test_the_sensor_in_poke_mode_streams_the_jobs_lines_too(capfd, caplog):
     result = run_task(sensor, task_context(sensor, run_id=ctx["run_id"]))
     out, err = capfd.readouterr()
     assert result["state"] == "succeeded"
-    # the sensor knows no spec: its lines are masked by what the worker registered (the submit's)
-    assert program_lines(out + err)[:LINES] == expected()[:LINES] and program_lines(out + err)[-1] == "done"
+    assert program_lines(out + err) == expected(), "every line once, in order, the secret masked"
+    assert PASSWORD not in out + err + caplog.text
 
 
 def test_a_platform_without_program_logs_says_so_once_and_the_task_succeeds(control, capfd):
