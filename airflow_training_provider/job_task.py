@@ -216,7 +216,7 @@ def log_cancel(log: TaskLog, result: CancelResult, job: TrainingJob) -> None:
     """Write what a cancel achieved to the task log."""
     if result.already_terminal:
         # after a trigger's deadline cancel the job has usually stopped by the time the task
-        # resumes: still say where its checkpoint is (SageMaker: CheckpointConfig.S3Uri)
+        # resumes: still say where its checkpoint is (the path the spec gave the platform for them)
         kept = result.final_checkpoint_id or result.final_checkpoint_path
         told = kept or result.final_checkpoint_written is not None
         log.info(

@@ -41,17 +41,13 @@ class JobReport:
     training program once (``[program] …``, masked against ``secrets``).
 
     Call it with every :class:`Progress` / :class:`NewEvents` / :class:`NewLogLines` step;
-    ``cursor`` is the number of events written so far, ``log_cursor`` the program log's cursor
-    after the last line written."""
+    ``cursor`` is the number of events written so far."""
 
-    def __init__(
-        self, log: TaskLog, cursor: int = 0, log_cursor: str | None = None, secrets: SecretLines | None = None
-    ) -> None:
+    def __init__(self, log: TaskLog, cursor: int = 0, secrets: SecretLines | None = None) -> None:
         self._log = log
         self._last: tuple | None = None
         self._last_metrics: dict[str, float] | None = None
         self.cursor = cursor
-        self.log_cursor = log_cursor
         self.secrets = secrets or SecretLines()
 
     def __call__(self, step: Step) -> Awaitable[None] | None:
@@ -63,7 +59,6 @@ class JobReport:
             self.cursor = max(self.cursor, step.cursor)
         elif isinstance(step, NewLogLines):
             write_lines(self._log, step.lines, self.secrets)
-            self.log_cursor = step.cursor
         return None
 
     def progress(self, job: TrainingJob) -> bool:

@@ -176,7 +176,7 @@ class TrainingPlatformHook(JobApi, HttpHook):
                 http.url,
                 data=http.body,
                 headers=http.headers,
-                timeout=self.retry_policy.call_timeout,
+                timeout=self.retry_policy.timeout(request),
             )
         except requests.exceptions.ConnectionError as exc:
             refused = isinstance(exc, requests.exceptions.ConnectTimeout) or "Connection refused" in str(exc)
@@ -184,7 +184,9 @@ class TrainingPlatformHook(JobApi, HttpHook):
                 f"connection error: {exc.__class__.__name__}", sent=not refused
             ) from exc
         except requests.exceptions.Timeout as exc:
-            raise TransientPlatformError(f"timed out after {self.retry_policy.call_timeout:.1f} s") from exc
+            raise TransientPlatformError(
+                f"timed out after {self.retry_policy.timeout(request):.1f} s"
+            ) from exc
         return decode_response(conn.dialect, request, response.status_code, response.headers, response.text)
 
 

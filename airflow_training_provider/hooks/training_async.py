@@ -239,9 +239,12 @@ class AsyncTrainingPlatformClient(JobApi):
             http = await asyncio.to_thread(self._prepare, request)
         if self._url[0] != http.url:  # yarl parses a str URL on every request; a URL object is used as is
             self._url = (http.url, URL(http.url))
+        options = self._options
+        if request.timeout is not None:  # a read bounded by the next poll (a program-log page)
+            options = {**options, "timeout": aiohttp.ClientTimeout(total=self.retry_policy.timeout(request))}
         try:
             async with self.session.request(
-                http.method, self._url[1], data=http.body or None, headers=http.headers, **self._options
+                http.method, self._url[1], data=http.body or None, headers=http.headers, **options
             ) as response:
                 raw = await response.read()  # bytes: JSON is UTF-8, no charset sniffing per poll
                 return decode_response(conn.dialect, request, response.status, response.headers, raw)

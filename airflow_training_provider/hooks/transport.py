@@ -94,6 +94,13 @@ class RetryPolicy:
     max_backoff: float = 60.0
     max_attempts: int = 5
 
+    def timeout(self, request: ApiRequest) -> float:
+        """Seconds allowed for one HTTP call of ``request``: ``call_timeout``, or the request's own
+        :attr:`ApiRequest.timeout` when shorter."""
+        if request.timeout is None:
+            return self.call_timeout
+        return max(0.001, min(self.call_timeout, request.timeout))
+
     def tenacity_kwargs(self, request: ApiRequest) -> dict[str, Any]:
         """Arguments for ``tenacity.Retrying``/``AsyncRetrying`` for ``request``: transient errors
         are retried for ``request.budget`` seconds (an outage budget) if it is set, else

@@ -92,6 +92,9 @@ class NewLogLines:
 LOG_PAGES_PER_POLL = 5
 #: program-log pages read once the job ended, before the wait returns (its last lines: a traceback)
 LOG_PAGES_AT_END = 50
+#: seconds a job's last program lines may take to become readable after it ended (CloudWatch Logs
+#: takes them in with a lag): a job that ended more recently is read once more after them
+LOG_SETTLE_SECONDS = 3.0
 
 
 @dataclass
@@ -99,9 +102,12 @@ class LogFollow:
     """A wait that follows the job's program log (``stream_logs``): where it is in it.
 
     :ivar cursor: the dialect's cursor after the last line reported (``None``: from the start).
+    :ivar paused: read nothing for now (a trigger that could not resolve the secrets to mask the
+        lines with yet); the cursor stays, so no line is lost.
     """
 
     cursor: str | None = None
+    paused: bool = False
 
 
 Step = ApiRequest | Sleep | Progress | NewEvents | NewLogLines
@@ -227,7 +233,12 @@ class JobOperations:
         self.warned_at = 0.0  # time.monotonic() of its last warning (a trigger lets it reach the log)
 
     def _optional(
-        self, kind: Auxiliary, job_id: str, read: _Read[T] | None, not_yet: bool = False
+        self,
+        kind: Auxiliary,
+        job_id: str,
+        read: _Read[T] | None,
+        not_yet: bool = False,
+        budget: float | None = None,
     ) -> Operation[T | None]:
         """An auxiliary read: its value, or ``None`` when it is refused (401/403/404 on its
         endpoint), its answer is malformed, or it kept failing — warned about once per job and
@@ -238,10 +249,11 @@ class JobOperations:
         after them; it is read again at the next poll.
 
         :param not_yet: a "not found" answer means "not there yet" (a log stream the job has not
-            opened): ``None`` without a warning."""
+            opened): ``None`` without a warning.
+        :param budget: seconds to retry it instead (``0``: one attempt, a program-log page)."""
         if read is None:
             return None
-        request = replace(read.request, budget=None, reader=_raw)
+        request = replace(read.request, budget=budget, reader=_raw)
         try:
             raw = yield request
             return parse_answer(request, lambda body: read.parse(_decoded(body)), raw)
@@ -472,9 +484,9 @@ class JobOperations:
         one fires the poll returns at once, the guard's stop in ``watch.fired``.
 
         Following the program log (``logs``, platforms with ``capabilities.program_logs``), each
-        poll reports its new lines (:class:`NewLogLines`, at most :data:`LOG_PAGES_PER_POLL` pages;
-        once the job ended, up to :data:`LOG_PAGES_AT_END` more before it returns) and moves
-        ``logs.cursor`` past them.
+        poll reports its new lines (:class:`NewLogLines`, at most :data:`LOG_PAGES_PER_POLL` pages,
+        read within one ``interval`` and never past the ``deadline``; once the job ended, its tail
+        before it returns: :meth:`log_tail`) and moves ``logs.cursor`` past them.
 
         :returns: the last job seen and the event cursor after it.
         :raises TransientPlatformError: polls kept failing for longer than ``budget`` seconds.
@@ -494,10 +506,14 @@ class JobOperations:
                 if len(events) > cursor:
                     yield NewEvents(tuple(events[cursor:]), len(events))
                     cursor = len(events)
-            if logs is not None:
-                yield from self.follow_log(
-                    job, logs, LOG_PAGES_AT_END if job.is_terminal else LOG_PAGES_PER_POLL
-                )
+            if logs is not None:  # bounded: the next poll (and the deadline's cancel) must not wait on it
+                bound = self.clock() + interval
+                if deadline is not None and not job.is_terminal:
+                    bound = min(bound, deadline)
+                if job.is_terminal:
+                    yield from self.log_tail(job, logs, interval)
+                else:
+                    yield from self.follow_log(job, logs, LOG_PAGES_PER_POLL, bound)
             if job.is_terminal:
                 job = yield from self.final_view(job, events)
             yield Progress(job)
@@ -511,26 +527,39 @@ class JobOperations:
             job = events = None  # not kept while sleeping: thousands of triggers wait at once
             yield Sleep(interval if deadline is None else max(0.0, min(interval, deadline - now)))
 
-    def follow_log(self, job: TrainingJob, logs: LogFollow, pages: int) -> Operation[bool]:
+    def follow_log(
+        self, job: TrainingJob, logs: LogFollow, pages: int, until: float | None = None
+    ) -> Operation[bool]:
         """Read up to ``pages`` pages of ``job``'s program log from ``logs.cursor`` and report the
         new lines at once (:class:`NewLogLines`: one report, one cursor save), ``logs.cursor`` then
         after them. An auxiliary read: a page that is refused, malformed or "not there yet" ends
         the read with what was read before it and the cursor kept there (warned once per job,
         "not there yet" not at all); it never fails the wait nor counts against its outage budget.
 
+        Each page is one attempt (a failed one is read again at the next poll), and with ``until``
+        (absolute ``clock`` seconds: the next poll, the deadline) no page starts after it and each
+        call may take only the time left, so a logs endpoint that hangs does not hold up the status
+        polls nor the deadline's cancel. A cursor this version cannot use (another format: an older
+        version's, or corrupted) is warned about and the log read from its beginning.
+
         :returns: whether the read stopped at the end of what is readable now (``False``: the
-            ``pages`` ran out with more to read)."""
-        if not self.dialect.capabilities.program_logs:
+            ``pages`` or the time ran out with more to read)."""
+        if not self.dialect.capabilities.program_logs or logs.paused:
             return True
         complete = True
         lines: list[str] = []
         at = logs.cursor
         for _ in range(pages):
-            request = self.dialect.logs_request(job, at)
+            left = None if until is None else until - self.clock()
+            if left is not None and left <= 0:
+                complete = False
+                break
+            request, at = self._logs_request(job, at)
             if request is None:  # nothing to read yet (no task, no stream)
                 break
+            request = replace(request, timeout=left)
             read: _Read[LogPage] = _Read(request, partial(self.dialect.parse_logs, cursor=at))
-            page = yield from self._optional(PROGRAM_LOG, job.id, read, not_yet=True)
+            page = yield from self._optional(PROGRAM_LOG, job.id, read, not_yet=True, budget=0.0)
             if page is None:
                 break
             lines.extend(page.lines)
@@ -543,6 +572,48 @@ class JobOperations:
             yield NewLogLines(tuple(lines), at)
             logs.cursor = at
         return complete
+
+    def log_tail(self, job: TrainingJob, logs: LogFollow, bound: float) -> Operation[None]:
+        """Read ended (or stopped) ``job``'s program log to its end: up to :data:`LOG_PAGES_AT_END`
+        pages (its last lines: a traceback, a checkpoint written on the stop), each read given at
+        most ``bound`` seconds. A job that ended less than :data:`LOG_SETTLE_SECONDS` ago (its
+        ``updated_at``; unknown: just now) is read once more after them, for lines the platform's
+        log service takes in late. Lines left unread then are not dropped silently: one warning says
+        where the rest is (the job's console page)."""
+        if logs.paused:
+            return
+        complete = yield from self.follow_log(job, logs, LOG_PAGES_AT_END, self.clock() + bound)
+        ago = self.clock() - job.updated_at.timestamp() if job.updated_at else 0.0
+        if complete and ago < LOG_SETTLE_SECONDS:
+            yield Sleep(LOG_SETTLE_SECONDS - max(0.0, ago))
+            complete = yield from self.follow_log(job, logs, LOG_PAGES_AT_END, self.clock() + bound)
+        if not complete:
+            self.warned_at = time.monotonic()
+            self.log.warning(
+                "stream_logs: job %s printed more than the task log took at its end (%d pages); the "
+                "rest is in its log on the platform: %s",
+                job.id,
+                LOG_PAGES_AT_END,
+                job.console_url or f"{self.dialect.name}'s console",
+            )
+
+    def _logs_request(self, job: TrainingJob, cursor: str | None) -> tuple[ApiRequest | None, str | None]:
+        """The dialect's request for ``job``'s log page at ``cursor``, and the cursor it is at: a
+        cursor the dialect cannot use (whatever reading it raises) is warned about and replaced by
+        ``None``, the log's beginning (so warned once: the cursor saved next is a new one)."""
+        if cursor is not None:
+            try:
+                return self.dialect.logs_request(job, cursor), cursor
+            except Exception as exc:  # noqa: BLE001 - another format: an older version's, or corrupted
+                self.warned_at = time.monotonic()
+                self.log.warning(
+                    "The program log's saved position for job %s is not one this version reads (%s: %s); "
+                    "its log is read again from the beginning, so lines may be written twice",
+                    job.id,
+                    type(exc).__name__,
+                    exc,
+                )
+        return self.dialect.logs_request(job, None), None
 
     def _guard(self, job: TrainingJob, watch: GuardWatch, interval: float) -> Operation[GuardStop | None]:
         """Ask the guards about running ``job``, reading what they need that a poll does not give:

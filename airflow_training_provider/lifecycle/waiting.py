@@ -17,7 +17,6 @@ from airflow_training_provider.cancellation import CancelPolicy, GiveUp, Seconds
 from airflow_training_provider.errors import TrainingPlatformError, TransientPlatformError
 from airflow_training_provider.lifecycle.guards import Guards, GuardStop, GuardWatch, best_checkpoint
 from airflow_training_provider.lifecycle.operations import (
-    LOG_PAGES_AT_END,
     JobOperations,
     LogFollow,
     Operation,
@@ -193,7 +192,26 @@ def wait_for_job(
         result = yield from ops.cancel_job(job_id, policy.request(why.value))
     except TrainingPlatformError as exc:  # the resumed task tries again
         return outcome.model_copy(update={"cancel_error": str(exc)})
+    if logs is not None:
+        yield from _log_after_stop(ops, job_id, polling, policy, logs)
     return outcome.model_copy(update={"cancel": result})
+
+
+def _log_after_stop(
+    ops: JobOperations, job_id: str, polling: Polling, policy: CancelPolicy, logs: LogFollow
+) -> Operation[None]:
+    """What the program printed while it stopped after a deadline's cancel ("SIGTERM: checkpoint …
+    written"): once the platform confirms the stop (``policy.confirm_timeout`` at most), its log is
+    read from the cursor to its end. Not confirmed in time, or the polls failing: not read (the
+    deadline's outcome stands)."""
+    try:
+        job = yield from ops.wait_until(
+            job_id, is_terminal, policy.confirm_timeout, polling.confirm_interval, polling.outage_budget
+        )
+    except TrainingPlatformError:
+        return
+    if job.is_terminal:
+        yield from ops.log_tail(job, logs, polling.poll_interval)
 
 
 def stop_for_guard(
@@ -219,7 +237,7 @@ def stop_for_guard(
             job_id=job_id, message=f"{stop.reason}; stopping training job {job_id} failed: {exc}"
         )
     if logs is not None:  # what the program printed while it stopped (its checkpoint, a traceback)
-        yield from ops.follow_log(job, logs, LOG_PAGES_AT_END)
+        yield from ops.log_tail(job, logs, polling.poll_interval)
     stop = stop.model_copy(update={"best_checkpoint": best_checkpoint(stop, job.checkpoints)})
     return GuardStopped(
         job_id=job_id, job=job, stop=stop, cancel=complete_cancel_result(result, job), event_cursor=cursor

@@ -146,8 +146,8 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
         program show as ``***`` (not those shorter than ``[logging] min_length_masked_secret``, as
         in Airflow). Secrets written in the spec or rendered from a template, not references, are
         known on the worker only: deferred, the lines are then not written (one warning says so).
-        On a platform whose API does not serve them (TensorOne, Together) one line says so. A
-        boolean, not templated.
+        On a platform whose API does not serve them (its dialect's ``capabilities.program_logs``
+        is false) one line says so. A boolean, not templated.
     :param model_alias: publish the trained model as an Airflow asset through
         ``AssetAlias(model_alias)`` (added to the task's outlets) when the task succeeds: the asset's
         URI is the model's checkpoint (a guard's best, else the final one; ``s3://``, ``oss://``,

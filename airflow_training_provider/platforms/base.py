@@ -362,6 +362,8 @@ class ApiRequest:
         :class:`~airflow_training_provider.errors.MalformedResponseError`, retried like a 5xx. Set
         by the job lifecycle (a poll: :meth:`Dialect.read_poll`, one validation straight from the
         bytes), not by dialects.
+    :ivar timeout: seconds allowed for this call when fewer than the hook's ``call_timeout``; set
+        by the job lifecycle (a program-log read bounded by the next poll), not by dialects.
     :ivar service: a companion service of the platform the call goes to instead of the job API
         (SageMaker's program logs: ``logs``, CloudWatch Logs); the connection names its base URL
         (:attr:`~airflow_training_provider.platforms.descriptor.ConnectionParts.service_urls`) and
@@ -378,6 +380,7 @@ class ApiRequest:
     budget: float | None = None
     reader: Callable[[bytes | str], Any] | None = field(default=None, compare=False, repr=False)
     service: str | None = None
+    timeout: float | None = None
 
 
 @dataclass

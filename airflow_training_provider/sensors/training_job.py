@@ -21,7 +21,7 @@ from airflow_training_provider.job_task import (
     job_outcome,
     stream_logs_flag,
 )
-from airflow_training_provider.lifecycle.operations import LOG_PAGES_AT_END, LOG_PAGES_PER_POLL, LogFollow
+from airflow_training_provider.lifecycle.operations import LOG_PAGES_PER_POLL, LogFollow
 from airflow_training_provider.links import TrainingJobConsoleLink
 from airflow_training_provider.progress import JobReport
 
@@ -55,7 +55,8 @@ class TrainingJobSensor(TrainingJobTaskMixin, BaseSensorOperator):
     :param stream_logs: write the lines the job's training program prints into the task log while
         waiting, as ``[program] <line>``, each once and in order, the last ones (a traceback) before
         the task ends; deferred (across triggerer restarts) or not. On a platform whose API does
-        not serve them (TensorOne, Together) one line says so. In ``reschedule`` mode each poke
+        not serve them (its dialect's
+        ``capabilities.program_logs`` is false) one line says so. In ``reschedule`` mode each poke
         starts the log over. The sensor knows no spec, so it masks nothing itself: its lines pass
         through Airflow's masker only, which hides just the values registered in the process
         writing them (the worker, or the triggerer when deferred), and a secret the program prints
@@ -134,9 +135,14 @@ class TrainingJobSensor(TrainingJobTaskMixin, BaseSensorOperator):
             self._report = JobReport(self.log, secrets=secrets)
             self.publish_job(context, job)
         if self._logs is not None:
-            pages = LOG_PAGES_AT_END if job.is_terminal else LOG_PAGES_PER_POLL
             self._ops = getattr(self, "_ops", None) or self.hook.ops  # one: it warns once per job
-            self.hook.drive(self._ops.follow_log(job, self._logs, pages), self._report)
+            interval = self.polling.poll_interval
+            read = (
+                self._ops.log_tail(job, self._logs, interval)
+                if job.is_terminal
+                else self._ops.follow_log(job, self._logs, LOG_PAGES_PER_POLL, time.time() + interval)
+            )
+            self.hook.drive(read, self._report)
         self._report.progress(job)
         if not job.is_terminal:
             return PokeReturnValue(is_done=False)

@@ -13,7 +13,8 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 from asgiref.sync import sync_to_async
@@ -24,7 +25,7 @@ from airflow_training_provider.hooks.training_async import AsyncTrainingPlatform
 from airflow_training_provider.hooks.transport import RetryPolicy
 from airflow_training_provider.identity import TaskIdentity
 from airflow_training_provider.lifecycle.guards import Guards
-from airflow_training_provider.lifecycle.operations import LogFollow, NewEvents, NewLogLines, Step
+from airflow_training_provider.lifecycle.operations import LogFollow, NewEvents, NewLogLines, Progress, Step
 from airflow_training_provider.lifecycle.waiting import (
     DeadlineKind,
     DeadlineReached,
@@ -49,10 +50,11 @@ from airflow_training_provider.triggers.shutdown import stopping, watch_stop_sig
 # Strong references to in-flight on_kill cancellations: a task only weakly referenced by the loop
 # could be garbage-collected mid-cancel.
 _BACKGROUND_CANCELS: set[asyncio.Task] = set()
+_T = TypeVar("_T")
 
 #: seconds the event waits after the last events were written to the log (see ``run``).
 LOG_DRAIN_SECONDS = 2.0
-#: tries to read the saved event cursor when the trigger starts (1 s, 2 s apart).
+#: tries to read a saved cursor (event, program log) when the trigger starts (1 s, 2 s apart).
 CURSOR_READ_ATTEMPTS = 3
 
 _POLICY_FIELDS = frozenset(CancelPolicy.model_fields)
@@ -60,25 +62,43 @@ _POLLING_FIELDS = frozenset(Polling.model_fields)
 _GUARD_FIELDS = frozenset(Guards.model_fields)
 
 
+async def _retried(call: Callable[[], _T], attempts: int) -> _T:
+    """``call()`` (synchronous: the API server, a secrets backend) in a thread, tried up to
+    ``attempts`` times, 1 s, 2 s … apart: a triggerer that has just started may not reach them yet.
+
+    :raises Exception: the last try's failure."""
+    async for attempt in AsyncRetrying(
+        stop=stop_after_attempt(attempts), wait=wait_exponential(1, max=4), reraise=True
+    ):
+        with attempt:
+            return await sync_to_async(call)()
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
 class _CursorSavingReport(JobReport):
     """The trigger's :class:`JobReport`: after writing new events (or program lines) it returns the
     save of the event (or log) cursor for the driver to await. Written first, then saved (shielded:
     a triggerer shutdown does not stop the save): an event or line is repeated only if the process
     dies in between, never lost — log lines written after a cancellation do not reach the task log.
-    A poll's progress is written synchronously (no coroutine per poll)."""
+    A poll's progress is written synchronously (no coroutine per poll). While the program log waits
+    for its secrets (``logs.paused``), each poll's progress returns one more try to resolve them
+    (``resolve``); once it succeeds the next poll reads the log from its cursor."""
 
     def __init__(
         self,
         log: TaskLog,
         cursor: int,
         save: Callable[[int], Awaitable[None]],
-        log_cursor: str | None = None,
         secrets: SecretLines | None = None,
         save_log: Callable[[str | None], Awaitable[None]] | None = None,
+        logs: LogFollow | None = None,
+        resolve: Callable[[], Awaitable[SecretLines | None]] | None = None,
     ) -> None:
-        super().__init__(log, cursor, log_cursor, secrets)
+        super().__init__(log, cursor, secrets)
         self._save = save
         self._save_log = save_log
+        self._logs = logs
+        self._resolve = resolve
         self.wrote_events_at = 0.0  # time.monotonic() of the last events (or program lines) written
 
     def __call__(self, step: Step) -> Awaitable[None] | None:
@@ -91,7 +111,14 @@ class _CursorSavingReport(JobReport):
         if isinstance(step, NewLogLines) and self._save_log is not None:
             self.wrote_events_at = time.monotonic()
             return self._save_log(step.cursor)
+        if isinstance(step, Progress) and self._logs is not None and self._logs.paused and self._resolve:
+            return self._unpause(self._logs, self._resolve)
         return None
+
+    async def _unpause(self, logs: LogFollow, resolve: Callable[[], Awaitable[SecretLines | None]]) -> None:
+        secrets = await resolve()
+        if secrets is not None:
+            self.secrets, logs.paused = secrets, False
 
 
 class TrainingJobTrigger(BaseTrigger):
@@ -109,9 +136,8 @@ class TrainingJobTrigger(BaseTrigger):
         the last written event.
     :param stream_logs: write the lines the job's training program prints into the task log
         (``[program] …``; platforms with ``capabilities.program_logs``, else one note).
-    :param log_cursor: the program log's cursor at the deferral (``None``: from the start); the
-        cursor after the last line written is kept in the try's ``log_cursor.try<n>`` XCom, which
-        a restarted triggerer resumes from.
+        The program log is followed from its start; the cursor after the last line written is kept
+        in the try's ``log_cursor.try<n>`` XCom, which a restarted triggerer resumes from.
     :param secret_references: the spec's secret references as a JSON list (``{"conn_id",
         "field"}`` or ``{"variable"}``: names, never values; a string, so the kwargs stay flat);
         resolved here to mask the program's lines.
@@ -150,7 +176,6 @@ class TrainingJobTrigger(BaseTrigger):
         map_index: int = -1,
         try_number: int = 1,
         stream_logs: bool = False,
-        log_cursor: str | None = None,
         secret_references: str | None = None,
         unreferenced_secrets: bool = False,
         **options: Any,
@@ -166,9 +191,9 @@ class TrainingJobTrigger(BaseTrigger):
         self.deferred_at = deferred_at
         self.event_cursor = int(event_cursor)
         self.stream_logs = bool(stream_logs)
-        self.log_cursor = log_cursor
         self.secret_references = secret_references
         self.unreferenced_secrets = bool(unreferenced_secrets)
+        self._secrets_warned = False
         self.identity = (
             TaskIdentity(dag_id, run_id, task_id, map_index, try_number)
             if dag_id and run_id and task_id
@@ -195,7 +220,6 @@ class TrainingJobTrigger(BaseTrigger):
                 "map_index": identity.map_index if identity else -1,
                 "try_number": identity.try_number if identity else 1,
                 "stream_logs": self.stream_logs,
-                "log_cursor": self.log_cursor,
                 "secret_references": self.secret_references,
                 "unreferenced_secrets": self.unreferenced_secrets,
                 **self.polling.model_dump(),
@@ -220,9 +244,10 @@ class TrainingJobTrigger(BaseTrigger):
                 self.log,
                 cursor or 0,
                 self._save_cursor,
-                logs.cursor if logs else None,
                 secrets,
                 self._save_log_cursor,
+                logs,
+                self._resolve_secrets,
             )
             if polling.spread_polls:
                 delay = poll_phase_delay(self.job_id, polling.poll_interval, time.time())
@@ -262,52 +287,58 @@ class TrainingJobTrigger(BaseTrigger):
         yield TriggerEvent(outcome.model_dump(mode="json"))
 
     async def _load_cursor(self) -> int:
-        """The saved event cursor; a few tries, since a triggerer that has just started may not
-        reach the API server yet. Unreadable (no XCom access, e.g. ``dag.test``): the kwarg's
-        cursor is used, and events written since the deferral may be written again."""
+        """The saved event cursor (:meth:`_load_saved`); unreadable: the kwarg's cursor is used, and
+        events written since the deferral may be written again."""
+        return int(await self._load_saved(get_event_cursor, "Event cursor", "events") or 0)
+
+    async def _load_saved(
+        self, read: Callable[[TaskIdentity], _T | None], what: str, repeated: str
+    ) -> _T | None:
+        """A cursor the try saved in its XCom (``read`` is its getter), with a few tries
+        (:data:`CURSOR_READ_ATTEMPTS`), since a triggerer that has just started may not reach the
+        API server yet. ``None``: none saved, no identity, or still unreadable (warned: ``what``
+        is not readable, ``repeated`` may be written to the log again — e.g. in ``dag.test``)."""
         if self.identity is None:
-            return 0
+            return None
         try:
-            async for attempt in AsyncRetrying(
-                stop=stop_after_attempt(CURSOR_READ_ATTEMPTS), wait=wait_exponential(1, max=4), reraise=True
-            ):
-                with attempt:
-                    value = await sync_to_async(get_event_cursor)(self.identity)
+            return await _retried(partial(read, self.identity), CURSOR_READ_ATTEMPTS)
         except Exception as exc:  # noqa: BLE001
-            self.log.warning("Event cursor not readable (%s): events may be written to the log again", exc)
-            return 0
-        return int(value or 0)
+            self.log.warning("%s not readable (%s): %s may be written to the log again", what, exc, repeated)
+        return None
+
+    async def _resolve_secrets(self, attempts: int = 1) -> SecretLines | None:
+        """The values of the spec's secret references, to mask the program's lines with (tried
+        ``attempts`` times: a secrets backend may be briefly unreachable). ``None``: not resolved —
+        warned about the first time; the lines wait (never written unmasked)."""
+        references = json.loads(self.secret_references) if self.secret_references else []
+        try:
+            return await _retried(partial(resolve_secrets, references), attempts)
+        except Exception as exc:  # noqa: BLE001 - never fails the wait
+            if not self._secrets_warned:
+                self._secrets_warned = True
+                self.log.warning(
+                    "stream_logs: the spec's secrets could not be resolved in the triggerer (%s); the "
+                    "program's lines are not written until they are (tried again at each poll), lest "
+                    "one show a secret",
+                    exc,
+                )
+        return None
 
     async def _follow_log(self, dialect: Any) -> tuple[LogFollow | None, SecretLines | None]:
-        """Where to follow the program log from (the saved cursor, else the kwarg's) and the
-        secrets to mask in its lines, resolved here from the spec's references. ``(None, None)``:
-        not followed — the platform has no program log (one note), or a secret could not be
-        resolved (a warning: no line is written rather than one showing a secret), or the spec
-        holds secret values only the worker knows (``unreferenced_secrets``; the worker warned)."""
+        """Where to follow the program log from (the saved cursor, else its start) and the secrets
+        to mask in its lines, resolved here from the spec's references (:meth:`_resolve_secrets`,
+        a few tries). Not resolved yet: the follow is ``paused`` (no line read nor written) and
+        the report tries again at each poll. ``(None, None)``: not followed — the platform has no
+        program log (one note), or the spec holds secret values only the worker knows
+        (``unreferenced_secrets``; the worker warned)."""
         if not dialect.capabilities.program_logs:
             note_unavailable(self.log, dialect.name)
             return None, None
-        if self.unreferenced_secrets:
+        if self.unreferenced_secrets:  # values only the worker knows (it warned): no line written
             return None, None
-        try:
-            references = json.loads(self.secret_references) if self.secret_references else []
-            secrets = await sync_to_async(resolve_secrets)(references)
-        except Exception as exc:  # noqa: BLE001 - never fails the wait
-            self.log.warning(
-                "stream_logs: the spec's secrets could not be resolved in the triggerer (%s); the "
-                "program's lines are not written, lest one show a secret",
-                exc,
-            )
-            return None, None
-        cursor = self.log_cursor
-        if self.identity is not None:
-            try:
-                saved = await sync_to_async(get_log_cursor)(self.identity)
-            except Exception as exc:  # noqa: BLE001
-                self.log.warning("Log cursor not readable (%s): program lines may be written again", exc)
-            else:
-                cursor = saved if saved is not None else cursor
-        return LogFollow(cursor), secrets
+        secrets = await self._resolve_secrets(CURSOR_READ_ATTEMPTS)
+        saved = await self._load_saved(get_log_cursor, "Log cursor", "program lines")
+        return LogFollow(saved, paused=secrets is None), secrets
 
     async def _save_log_cursor(self, cursor: str | None) -> None:
         if self.identity is None:

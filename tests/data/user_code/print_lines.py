@@ -1,13 +1,23 @@
 """A user's training program that only prints (the ``stream_logs`` tests): ``LINES`` numbered lines
 on stdout in bursts of ten, ``BURST_SECONDS`` apart (so the job spans several polls), one line of
 3,000 characters, the value of ``DB_PASSWORD`` (a secret the spec resolved), then a traceback on
-stderr and exit 1 when ``FAIL`` is ``1`` (its last lines must still reach the task log)."""
+stderr and exit 1 when ``FAIL`` is ``1`` (its last lines must still reach the task log). Stopped
+(SIGTERM), it says it wrote its checkpoint and exits, as a training program does."""
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
+
+
+def stop(signum, frame):
+    print("SIGTERM: checkpoint ckpt-final written", flush=True)
+    sys.exit(143)
+
+
+signal.signal(signal.SIGTERM, stop)
 
 lines = int(os.environ.get("LINES", "40"))
 for i in range(lines):
