@@ -198,7 +198,7 @@ for flavor in ALL_FLAVORS.values():
         with dag(f"kp_program_log{sfx}"):
             PidRecordingSubmit(
                 task_id="train",
-                spec=spec(epochs=24, seconds_per_epoch=0.5),
+                spec=spec(epochs=40, seconds_per_epoch=0.5),  # running at the restart, on a busy machine too
                 stream_logs=True,
                 **fast_deferred,
             )
