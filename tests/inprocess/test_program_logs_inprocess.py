@@ -28,6 +28,10 @@ from airflow_training_provider.task_instance_lookup import log_cursor_key
 from airflow_training_provider.testing.inprocess import InMemoryAirflow, first_event, run_task, task_context
 from airflow_training_provider.triggers.training_job import TrainingJobTrigger
 
+# Each run streams a job to its end (and waits the end-of-job settle): `make test` runs them,
+# the fast tier keeps the unit tests of the same code (tests/unit/test_program_log*.py).
+pytestmark = pytest.mark.slow
+
 PROGRAM = Path(__file__).parents[1] / "data" / "user_code" / "print_lines.py"
 CODE_URI = "s3://code/logs/sourcedir.tar.gz"
 CONN_ID = "aws_program_logs"

@@ -148,6 +148,7 @@ def script_mode_spec(checkpoints: str, **hyperparameters) -> dict:
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ignore_sigterm", [0, 1], ids=["saves-on-sigterm", "ignores-sigterm"])
 def test_a_script_stopped_at_the_deferred_timeout_says_whether_it_wrote_a_checkpoint_after_the_stop(
     user_code_platform, monkeypatch, capfd, ignore_sigterm
