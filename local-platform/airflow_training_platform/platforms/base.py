@@ -16,7 +16,7 @@ from fastapi import APIRouter, FastAPI, Request
 from pydantic import BaseModel, Field
 
 from airflow_training_platform.engine import TrainingEngine
-from airflow_training_platform.errors import Renderer, install_error_handlers, request_id
+from airflow_training_platform.errors import ApiError, Renderer, install_error_handlers, request_id
 from airflow_training_platform.faults import FaultInjector
 
 
@@ -60,9 +60,22 @@ class LocalPlatform:
         return self.path_prefix is not None and scope.get("path", "").startswith(self.path_prefix)
 
 
-def platform_app(title: str, router: APIRouter, render: Renderer, faults: FaultInjector) -> FastAPI:
+NOT_IMPLEMENTED_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
+
+
+def platform_app(
+    title: str,
+    router: APIRouter,
+    render: Renderer,
+    faults: FaultInjector,
+    not_implemented_code: str | None = None,
+) -> FastAPI:
     """A platform's sub-application: ``router``'s routes, every error rendered by ``render``, fault
-    injection (errors in the same format) and an ``X-Request-ID`` on every answer."""
+    injection (errors in the same format) and an ``X-Request-ID`` on every answer.
+
+    A request the router does not serve (an operation of the real API the local platform lacks, or
+    a method a path does not take) is answered 501 in the platform's own error format (its code for
+    501, or ``not_implemented_code``), never a 404 that would read as "this job does not exist"."""
     app = FastAPI(title=title, openapi_url=None, docs_url=None, redoc_url=None)
     install_error_handlers(app, render)
     app.middleware("http")(faults.middleware(render))
@@ -75,4 +88,14 @@ def platform_app(title: str, router: APIRouter, render: Renderer, faults: FaultI
         return response
 
     app.include_router(router)
+
+    @app.api_route("/{path:path}", methods=NOT_IMPLEMENTED_METHODS, include_in_schema=False)
+    async def _not_implemented(request: Request, path: str):
+        raise ApiError(
+            501,
+            not_implemented_code,
+            f"{request.method} {request.url.path} is not implemented by the local training platform "
+            f"({title}); see docs/local-platform.md for what it serves",
+        )
+
     return app

@@ -43,6 +43,7 @@ _CODES = {
     404: "ModelArts.2762",
     429: "APIGW.0308",
     500: "ModelArts.0010",
+    501: "ModelArts.0501",
     503: "ModelArts.0011",
 }
 

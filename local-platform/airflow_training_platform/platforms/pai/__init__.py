@@ -37,6 +37,7 @@ _CODES = {
     404: "EntityNotExist",
     429: "Throttling.User",
     500: "InternalError",
+    501: "NotImplemented",
     503: "ServiceUnavailable",
 }
 
