@@ -22,6 +22,21 @@ from airflow_training_devel.local_fixtures import (  # noqa: E402, F401 - the pr
 )
 from airflow_training_platform.server import LocalPlatformServer  # noqa: E402
 
+PARALLEL_TIERS = ("unit", "inprocess", "local_platform", "integration")
+"""Test folders whose tests `make test` runs on three pytest workers (its first stage)."""
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark ``parallel`` the tests of :data:`PARALLEL_TIERS` that are not ``exclusive`` (timing
+    checks that need the machine to themselves): `make test` runs those on three workers, then
+    the rest (``-m "not parallel"``) one at a time."""
+    tests_dir = os.path.dirname(__file__)
+    for item in items:
+        tier = os.path.relpath(str(item.path), tests_dir).split(os.sep)[0]
+        if tier in PARALLEL_TIERS and item.get_closest_marker("exclusive") is None:
+            item.add_marker(pytest.mark.parallel)
+
+
 API_KEY = LOCAL_SECRET
 AWS_ACCESS_KEY_ID = LOCAL_FIXTURES["aws"].login
 """The SageMaker emulation checks signatures for this key pair (secret: :data:`API_KEY`)."""

@@ -9,6 +9,9 @@ import pytest
 
 from tests.local_platform.helpers import API_KEY, JOBS, checkpoint_files, pid_alive, wait_dead
 
+# timing checks on one shared pair of servers (slots, queueing, stop timings): the machine to themselves
+pytestmark = pytest.mark.exclusive
+
 ENVELOPE_KEYS = {"error", "message", "code", "details", "request_id", "timestamp"}
 
 

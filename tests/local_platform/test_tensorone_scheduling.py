@@ -7,7 +7,12 @@ from __future__ import annotations
 import os
 import signal
 
+import pytest
+
 from tests.local_platform.helpers import JOBS, pid_alive, wait_dead
+
+# timing checks on one shared pair of servers (slots, queueing, stop timings): the machine to themselves
+pytestmark = pytest.mark.exclusive
 
 
 def _states(record):
