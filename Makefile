@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test fast lint typecheck clean postgres redis browser ui bench sagemaker-sdk
+.PHONY: demo test fast lint typecheck clean postgres redis browser ui bench sagemaker-sdk pai-sdk
 
 # Three distributions from this repository: the provider (.), the local training platform
 # (local-platform/) and the private development harness with the test tools (devel/).
@@ -27,6 +27,18 @@ $(SDK_STAMP): $(STAMP) devel/sagemaker-sdk-constraints.txt
 
 sagemaker-sdk: $(SDK_STAMP)
 
+# Alibaba's PAI Python SDK (`alipai` 0.4) in a venv of its own (it pins numpy<2 and pulls pyodps,
+# oss2, pyarrow): tests/local_platform/test_alipai.py drives its lifecycle and `Estimator.fit()`.
+# Pinned by devel/pai-sdk-constraints.txt (`uv pip freeze` of the venv); built once, kept by its stamp.
+PAI_SDK_VENV := build/pai-sdk-venv
+PAI_SDK_STAMP := $(PAI_SDK_VENV)/.installed
+$(PAI_SDK_STAMP): $(STAMP) devel/pai-sdk-constraints.txt
+	$(BIN)/uv venv -q --allow-existing $(PAI_SDK_VENV)
+	$(BIN)/uv pip install -q --python $(PAI_SDK_VENV)/bin/python -c devel/pai-sdk-constraints.txt "alipai<0.5"
+	touch $(PAI_SDK_STAMP)
+
+pai-sdk: $(PAI_SDK_STAMP)
+
 demo: $(STAMP)
 	$(BIN)/python scripts/demo.py
 
@@ -47,7 +59,7 @@ browser:
 
 # The types first (`make typecheck`), then pure logic and in-process runs three at a time (as
 # `make fast`), then the tiers that start servers.
-test: $(STAMP) typecheck postgres redis browser sagemaker-sdk
+test: $(STAMP) typecheck postgres redis browser sagemaker-sdk pai-sdk
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n 3 -m parallel tests/unit tests/inprocess tests/local_platform tests/integration
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15 -m "not parallel" --ignore=tests/unit --ignore=tests/inprocess
@@ -79,4 +91,4 @@ typecheck: $(STAMP)
 	$(BIN)/python -m mypy
 
 clean:
-	rm -rf $(VENV) $(SDK_VENV) .demo .ui test-artifacts .mypy_cache
+	rm -rf $(VENV) $(SDK_VENV) $(PAI_SDK_VENV) .demo .ui test-artifacts .mypy_cache

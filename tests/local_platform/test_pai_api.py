@@ -17,7 +17,11 @@ from alibabacloud_tea_openapi.models import Config
 from tests.conftest import API_KEY, PAI_ACCESS_KEY_ID, PAI_WORKSPACE_ID
 
 
-def client(platform, secret: str = API_KEY, key_id: str = PAI_ACCESS_KEY_ID) -> Client:
+def client(
+    platform, secret: str = API_KEY, key_id: str = PAI_ACCESS_KEY_ID, signature_algorithm: str | None = None
+) -> Client:
+    """Alibaba's client for the local PAI; ``signature_algorithm="v2"``: the older ROA HMAC-SHA1
+    signature (what alipai configures), else ACS3-HMAC-SHA256 (the client's default)."""
     host = platform.url.split("://", 1)[1]
     config = Config(
         access_key_id=key_id,
@@ -25,6 +29,7 @@ def client(platform, secret: str = API_KEY, key_id: str = PAI_ACCESS_KEY_ID) -> 
         region_id="cn-hangzhou",
         endpoint=host,
         protocol="http",
+        signature_algorithm=signature_algorithm,
     )
     return Client(config)
 
@@ -132,6 +137,22 @@ def test_the_list_covers_the_last_7_days_unless_told_a_start_time(platform):
     assert [j.training_job_id for j in found.training_jobs] == [job_id]
 
 
+def test_the_older_hmac_sha1_signature_is_accepted_for_every_call(platform):
+    """tea-openapi's ROA HMAC-SHA1 signer (``signature_algorithm="v2"``): a body, a query with a
+    JSON map and a time in it, a PUT without a body."""
+    pai, run = client(platform, signature_algorithm="v2"), uuid.uuid4().hex[:8]
+    job_id = create(pai, f"sha1-{run}", epochs=50, **{"airflow-run": run})
+    assert pai.get_training_job(job_id).body.training_job_id == job_id
+    since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 60))
+    listed = pai.list_training_jobs(
+        models.ListTrainingJobsRequest(labels={"airflow-run": run}, start_time=since, page_size=5)
+    ).body
+    assert [j.training_job_id for j in listed.training_jobs] == [job_id]
+    pai.stop_training_job(job_id)
+    assert wait(pai, job_id, lambda j: j.status == "Terminated").reason_code == "JobStoppedByUser"
+
+
+@pytest.mark.parametrize("signature_algorithm", [None, "v2"])
 @pytest.mark.parametrize(
     ("key_id", "secret", "code"),
     [
@@ -139,9 +160,10 @@ def test_the_list_covers_the_last_7_days_unless_told_a_start_time(platform):
         ("LTAIunknown", API_KEY, "InvalidAccessKeyId.NotFound"),
     ],
 )
-def test_a_wrong_key_is_refused(platform, key_id, secret, code):
+def test_a_wrong_key_is_refused(platform, key_id, secret, code, signature_algorithm):
+    pai = client(platform, secret=secret, key_id=key_id, signature_algorithm=signature_algorithm)
     with pytest.raises(Exception) as err:
-        client(platform, secret=secret, key_id=key_id).list_training_jobs(models.ListTrainingJobsRequest())
+        pai.list_training_jobs(models.ListTrainingJobsRequest())
     assert getattr(err.value, "code", None) == code
     assert getattr(err.value, "status_code", None) == 400
 

@@ -1,5 +1,5 @@
 """PaiStudio training-job operations over the local engine (``docs/platforms/pai.md``), every
-request checked against its ACS3-HMAC-SHA256 signature (:mod:`.acs3`).
+request checked against its signature (ACS3-HMAC-SHA256 or ROA HMAC-SHA1).
 
 ``POST /api/v1/trainingjobs`` (CreateTrainingJob), ``GET /api/v1/trainingjobs/{id}``
 (GetTrainingJob; ``EntityNotExist.TrainingJob`` 404 for an unknown one), ``PUT …/{id}/stop``
@@ -9,7 +9,8 @@ request checked against its ACS3-HMAC-SHA256 signature (:mod:`.acs3`).
 ``StartTime``/``EndTime`` bounding the creation time, by default the last 7 days as on PAI),
 ``GET …/{id}/events``, ``GET …/{id}/metrics``, ``GET …/{id}/latestmetrics``,
 ``GET …/{id}/errorinfo``, ``GET …/{id}/logs`` (ListTrainingJobLogs, :mod:`.logs`). Every answer
-carries a ``RequestId``.
+carries a ``RequestId``. Signatures: ACS3-HMAC-SHA256 (:mod:`.acs3`) or the older ROA HMAC-SHA1
+(:mod:`.roa_v1`, what ``alipai`` sends).
 """
 
 from __future__ import annotations
@@ -30,8 +31,7 @@ from airflow_training_platform.engine import (
     TrainingEngine,
 )
 from airflow_training_platform.errors import ApiError, request_id
-from airflow_training_platform.platforms.pai import logs, user_code, wire
-from airflow_training_platform.platforms.pai.acs3 import verify
+from airflow_training_platform.platforms.pai import acs3, logs, roa_v1, user_code, wire
 
 PATH = "/api/v1/trainingjobs"
 _TERMINAL = ("succeeded", "failed", "cancelled")
@@ -55,7 +55,10 @@ def build_router(
 
     async def checked(request: Request) -> bytes:
         body = await request.body()
-        verify(request, body, key_pair)
+        if roa_v1.is_roa_v1(request.headers.get("authorization", "")):  # alipai's HMAC-SHA1
+            roa_v1.verify(request, key_pair)
+        else:
+            acs3.verify(request, body, key_pair)
         return body
 
     def answer(request: Request, payload: dict[str, Any]) -> JSONResponse:
