@@ -16,6 +16,7 @@ carries a ``RequestId``. Signatures: ACS3-HMAC-SHA256 (:mod:`.acs3`) or the olde
 from __future__ import annotations
 
 import json
+import math
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -37,6 +38,32 @@ PATH = "/api/v1/trainingjobs"
 _TERMINAL = ("succeeded", "failed", "cancelled")
 #: ListTrainingJobs without ``StartTime`` lists the jobs created in the last 7 days (PAI's default)
 LIST_WINDOW_SECONDS = 7 * 24 * 3600
+#: ListTrainingJobs' query parameters served (the API reference's, less ``IsTempAlgo``, refused)
+LIST_PARAMETERS = (
+    "AlgorithmName",
+    "AlgorithmProvider",
+    "StartTime",
+    "EndTime",
+    "Labels",
+    "Order",
+    "PageNumber",
+    "PageSize",
+    "SortBy",
+    "Status",
+    "TrainingJobId",
+    "TrainingJobName",
+    "WorkspaceId",
+)
+_EXACT_FILTERS = (
+    "AlgorithmName",
+    "AlgorithmProvider",
+    "Status",
+    "TrainingJobName",
+    "WorkspaceId",
+    "TrainingJobId",
+)
+#: ``SortBy`` values: the job's time, name, id and status fields
+_SORTABLE = ("GmtCreateTime", "GmtModifiedTime", "TrainingJobName", "TrainingJobId", "Status")
 
 
 def build_router(
@@ -75,6 +102,7 @@ def build_router(
     @router.post(PATH)
     async def create(request: Request) -> JSONResponse:
         raw = await checked(request)
+        _only(request)
         try:
             body = json.loads(raw or b"{}")
         except ValueError:
@@ -94,7 +122,7 @@ def build_router(
     @router.get(PATH)
     async def list_jobs(request: Request) -> JSONResponse:
         await checked(request)
-        q = request.query_params
+        q = _only(request, *LIST_PARAMETERS)
         end = _time(q.get("EndTime"), "EndTime", time.time())
         start = _time(q.get("StartTime"), "StartTime", end - LIST_WINDOW_SECONDS)
         records = [r for r in engine.list(wire.PLATFORM) if start <= r["created_at"] <= end]
@@ -107,13 +135,13 @@ def build_router(
             if not isinstance(wanted, dict):
                 raise wire.bad("Labels", "must be a JSON object of label keys and values")
             jobs = [j for j in jobs if _has_labels(j, wanted)]
-        for key in ("Status", "TrainingJobName", "WorkspaceId", "TrainingJobId"):
+        for key in _EXACT_FILTERS:
             if value := q.get(key):
                 jobs = [j for j in jobs if str(j.get(key)) == value]
         sort_key = q.get("SortBy") or "GmtCreateTime"
-        jobs.sort(
-            key=lambda j: str(j.get(sort_key) or ""), reverse=(q.get("Order") or "DESC").upper() == "DESC"
-        )
+        if sort_key not in _SORTABLE:
+            raise wire.bad("SortBy", f"'{sort_key}' is not one of {', '.join(_SORTABLE)}")
+        jobs.sort(key=lambda j: str(j.get(sort_key) or ""), reverse=_order(q, "DESC") == "DESC")
         page, size = (
             _positive(q.get("PageNumber"), "PageNumber", 1),
             _positive(q.get("PageSize"), "PageSize", 20),
@@ -126,11 +154,13 @@ def build_router(
     @router.get(PATH + "/{job_id}")
     async def get_job(request: Request, job_id: str) -> JSONResponse:
         await checked(request)
+        _only(request)
         return answer(request, wire.job_to_wire(record(job_id)))
 
     @router.put(PATH + "/{job_id}/stop")
     async def stop(request: Request, job_id: str) -> JSONResponse:
         await checked(request)
+        _only(request)
         rec = record(job_id)
         if rec["state"] in _TERMINAL or rec["state"] == "stopping":
             status = wire.status_of(rec)[0]
@@ -154,9 +184,14 @@ def build_router(
     @router.get(PATH + "/{job_id}/events")
     async def events(request: Request, job_id: str) -> JSONResponse:
         await checked(request)
-        lines = wire.events_to_wire(record(job_id))
-        page = _positive(request.query_params.get("PageNumber"), "PageNumber", 1)
-        size = _positive(request.query_params.get("PageSize"), "PageSize", 100)
+        q = _only(request, "StartTime", "EndTime", "PageNumber", "PageSize")
+        rec = record(job_id)
+        start, end = _time(q.get("StartTime"), "StartTime", 0.0), _time(q.get("EndTime"), "EndTime", math.inf)
+        lines = wire.events_to_wire(
+            {**rec, "events": [e for e in rec["events"] if start <= e["created_at"] <= end]}
+        )
+        page = _positive(q.get("PageNumber"), "PageNumber", 1)
+        size = _positive(q.get("PageSize"), "PageSize", 100)
         return answer(
             request, {"Events": lines[(page - 1) * size : page * size], "TotalCount": str(len(lines))}
         )
@@ -164,11 +199,13 @@ def build_router(
     @router.get(PATH + "/{job_id}/metrics")
     async def metrics(request: Request, job_id: str) -> JSONResponse:
         await checked(request)
+        q = _only(request, "Name", "Order", "StartTime", "EndTime", "PageNumber", "PageSize")
         rows = wire.metrics_to_wire(record(job_id))
-        q = request.query_params
         if name := q.get("Name"):
             rows = [r for r in rows if r["Name"] == name]
-        if (q.get("Order") or "ASC").upper() == "DESC":
+        start, end = _time(q.get("StartTime"), "StartTime", 0.0), _time(q.get("EndTime"), "EndTime", math.inf)
+        rows = [r for r in rows if start <= _time(r["Timestamp"], "Timestamp", 0.0) <= end]
+        if _order(q, "ASC") == "DESC":
             rows.reverse()
         page, size = (
             _positive(q.get("PageNumber"), "PageNumber", 1),
@@ -179,13 +216,14 @@ def build_router(
     @router.get(PATH + "/{job_id}/latestmetrics")
     async def latest_metrics(request: Request, job_id: str) -> JSONResponse:
         await checked(request)
+        _only(request)  # Names: its format is not documented, so it is refused rather than guessed
         return answer(request, {"Metrics": wire.job_to_wire(record(job_id))["LatestMetrics"]})
 
     @router.get(PATH + "/{job_id}/logs")
     async def list_logs(request: Request, job_id: str) -> JSONResponse:
         await checked(request)
+        q = _only(request, "StartTime", "EndTime", "InstanceId", "WorkerId", "PageNumber", "PageSize")
         rec = record(job_id)
-        q = request.query_params
         since = _time(q.get("StartTime"), "StartTime", rec["started_at"]) if q.get("StartTime") else None
         until = _time(q.get("EndTime"), "EndTime", 0.0) if q.get("EndTime") else None
         page = logs.list_logs(
@@ -202,6 +240,7 @@ def build_router(
     @router.get(PATH + "/{job_id}/errorinfo")
     async def error_info(request: Request, job_id: str) -> JSONResponse:
         await checked(request)
+        _only(request)
         rec = record(job_id)
         status, code, message = wire.status_of(rec)
         info = (
@@ -212,6 +251,27 @@ def build_router(
         return answer(request, {"ErrorInfo": info})
 
     return router
+
+
+def _only(request: Request, *implemented: str) -> Any:
+    """The request's query, once every parameter in it is one this route implements.
+
+    :raises ApiError: 400 ``InvalidParameter`` naming the first other one: a filter the local
+        platform does not apply would otherwise answer as if it had matched.
+    """
+    for key in request.query_params:
+        if key not in implemented:
+            raise wire.bad(
+                key, "is not supported by the local training platform (see docs/local-platform.md)"
+            )
+    return request.query_params
+
+
+def _order(query: Any, default: str) -> str:
+    order = (query.get("Order") or default).upper()
+    if order not in ("ASC", "DESC"):
+        raise wire.bad("Order", f"'{query.get('Order')}' is not ASC or DESC")
+    return order
 
 
 def _has_labels(job: dict[str, Any], wanted: dict[str, Any]) -> bool:
