@@ -5,12 +5,17 @@ request checked against its signature (ACS3-HMAC-SHA256 or ROA HMAC-SHA1).
 (GetTrainingJob; ``EntityNotExist.TrainingJob`` 404 for an unknown one), ``PUT …/{id}/stop``
 (StopTrainingJob; ``TrainingJobStatusNotAllowed`` 400 for a job that has ended),
 ``GET /api/v1/trainingjobs`` (ListTrainingJobs: ``Labels`` as a JSON map, ``Status``,
-``TrainingJobName``, ``WorkspaceId``, ``SortBy``/``Order``, ``PageNumber``/``PageSize``, and
-``StartTime``/``EndTime`` bounding the creation time, by default the last 7 days as on PAI),
-``GET …/{id}/events``, ``GET …/{id}/metrics``, ``GET …/{id}/latestmetrics``,
+``TrainingJobName``, ``TrainingJobId``, ``WorkspaceId``, ``AlgorithmName``/``AlgorithmProvider``,
+``SortBy``/``Order``, ``PageNumber``/``PageSize``, and ``StartTime``/``EndTime`` bounding the
+creation time, by default the last 7 days as on PAI), ``GET …/{id}/events`` and
+``GET …/{id}/metrics`` (paged, ``StartTime``/``EndTime``), ``GET …/{id}/latestmetrics``,
 ``GET …/{id}/errorinfo``, ``GET …/{id}/logs`` (ListTrainingJobLogs, :mod:`.logs`). Every answer
 carries a ``RequestId``. Signatures: ACS3-HMAC-SHA256 (:mod:`.acs3`) or the older ROA HMAC-SHA1
 (:mod:`.roa_v1`, what ``alipai`` sends).
+
+Honest refusals: a query parameter a route does not apply is 400 ``InvalidParameter`` naming it
+(:func:`_only`); the client's other training-job operations reach the platform app's catch-all,
+501 ``NotImplemented`` (:func:`..base.platform_app`).
 """
 
 from __future__ import annotations
