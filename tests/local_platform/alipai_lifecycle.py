@@ -6,16 +6,20 @@ alipai has no endpoint setting: its ``ClientFactory`` builds each service's clie
 ``acs_client_container`` (by service name) and builds one only when none is there, so the
 PaiStudio client is put there first, configured as ``ClientFactory`` configures it (HMAC-SHA1
 ``signature_algorithm="v2"``, alipai's user agent) with the local endpoint over HTTP.
-Credentials come from ``ALIBABA_CLOUD_ACCESS_KEY_ID``/``_SECRET`` (Alibaba's default chain).
+Credentials come from ``ALIBABA_CLOUD_ACCESS_KEY_ID``/``_SECRET`` (Alibaba's default chain). OSS is
+a session setting (``oss_endpoint``): the local platform, which serves the ``PutObject`` of
+``Estimator.fit()``'s code upload.
 Prints one ``RESULT <json>`` line.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
+import oss2
 from alibabacloud_credentials.client import Client as CredentialClient
 from alibabacloud_tea_openapi.models import Config
 from pai.api.base import ServiceName
@@ -40,14 +44,14 @@ def point_at_local_platform(session: Session, host: str) -> None:
     session.acs_client_container[ServiceName.PAI_STUDIO] = client_class(config)
 
 
-def main(host: str, workspace_id: str, code_uri: str, data_uri: str) -> None:
-    # a bucket and OSS endpoint named up front: otherwise alipai asks AIWorkspace for the
-    # workspace's default storage and probes the OSS endpoints (not served locally)
+def main(host: str, workspace_id: str, source_dir: str, data_uri: str) -> None:
+    # a bucket named up front (else alipai asks AIWorkspace for the workspace's default storage,
+    # not served locally) and the local platform as the OSS endpoint (its PutObject)
     session = setup_default_session(
         region_id="cn-hangzhou",
         workspace_id=workspace_id,
         oss_bucket_name="out",
-        oss_endpoint="oss-cn-hangzhou.aliyuncs.com",
+        oss_endpoint=f"http://{host}",
         network="PUBLIC",
     )
     point_at_local_platform(session, host)
@@ -75,11 +79,11 @@ def main(host: str, workspace_id: str, code_uri: str, data_uri: str) -> None:
     result["waited_status"] = job.status
     result["listed_models"] = [j.training_job_id for j in TrainingJob.list(status="Succeed")]
 
-    # Estimator.fit with its defaults (wait=True, show_logs=True): the user's code from OSS
+    # Estimator.fit with its defaults (wait=True, show_logs=True): the local source_dir uploaded
     estimator = Estimator(
         image_uri="local/pai-train:1",
         command="python train.py $PAI_USER_ARGS",
-        source_dir=code_uri,
+        source_dir=source_dir,
         instance_type="ecs.c6.xlarge",
         hyperparameters={"epochs": 3},
         metric_definitions=[{"Name": "loss", "Regex": r"loss=([0-9.]+)"}],
@@ -91,7 +95,26 @@ def main(host: str, workspace_id: str, code_uri: str, data_uri: str) -> None:
     result["fit_status"] = fitted.status
     result["fit_id"] = fitted.training_job_id
     result["fit_model"] = fitted.output_path("model")
+    result["oss_refusals"] = oss_refusals(session)
     print("RESULT " + json.dumps(result), flush=True)
+
+
+def oss_refusals(session: Session) -> dict[str, list]:
+    """What the local OSS answers oss2 for a wrong secret and for an operation it lacks."""
+    answers = {}
+    wrong = oss2.Bucket(
+        oss2.Auth(os.environ["ALIBABA_CLOUD_ACCESS_KEY_ID"], "wrong"), session.oss_endpoint, "out"
+    )
+    for name, call in {
+        "wrong_secret": lambda: wrong.put_object("x/y.txt", b"x"),
+        "get_object": lambda: session.oss_bucket.get_object("x/y.txt"),
+    }.items():
+        try:
+            call()
+            answers[name] = ["ok"]
+        except oss2.exceptions.OssError as exc:
+            answers[name] = [exc.status, exc.code]
+    return answers
 
 
 if __name__ == "__main__":

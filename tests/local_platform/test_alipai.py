@@ -1,7 +1,8 @@
 """Alibaba's ``alipai`` SDK (PyPI ``alipai`` 0.4) against the local PAI, as its users drive it:
 the TrainingJob API's create / get / list, ``TrainingJob.wait`` and ``Estimator.fit()`` with its
-defaults (``wait=True``, ``show_logs=True``) on the user's script from OSS. alipai signs the older
-ROA HMAC-SHA1 way; the server checks those signatures against its key pair.
+defaults (``wait=True``, ``show_logs=True``) on the user's script in a local ``source_dir``, which
+alipai uploads to OSS (the local platform's ``PutObject``). alipai signs the older ROA HMAC-SHA1 way
+(and OSS requests OSS's v1 way); the server checks those signatures against its key pair.
 
 alipai pins numpy<2, so it has a venv of its own (``make pai-sdk``) and runs as a subprocess
 (``alipai_lifecycle.py``) with only the environment below. Without that venv the test is skipped,
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_training_devel.user_code import PAI_CODE, PAI_DATA_URI, put_pai_code_and_data
+from airflow_training_devel.user_code import PAI_DATA_URI, SCRIPT, put_pai_code_and_data
 from airflow_training_platform.control import LocalPlatformControl
 from airflow_training_platform.server import LocalPlatformServer
 from tests.conftest import API_KEY, PAI_ACCESS_KEY_ID, PAI_WORKSPACE_ID, server_options
@@ -58,10 +59,9 @@ def test_alipai_creates_gets_lists_waits_and_fits_with_its_defaults(sdk_python, 
         "ALIBABA_CLOUD_ACCESS_KEY_SECRET": API_KEY,
         "PYTHONUNBUFFERED": "1",
     }
-    code_uri = f"oss://{PAI_CODE['Bucket']}/{PAI_CODE['Key']}"
     host = server.url.split("://", 1)[1]
     run = subprocess.run(
-        [str(sdk_python), str(DRIVER), host, PAI_WORKSPACE_ID, code_uri, PAI_DATA_URI],
+        [str(sdk_python), str(DRIVER), host, PAI_WORKSPACE_ID, str(SCRIPT.parent), PAI_DATA_URI],
         env=env,
         capture_output=True,
         text=True,
@@ -79,12 +79,21 @@ def test_alipai_creates_gets_lists_waits_and_fits_with_its_defaults(sdk_python, 
     assert result["waited_status"] == "Succeed"
     assert job_id in result["listed_models"]
 
-    # fit(): the script ran from the code under OSS, its lines were printed by alipai's log printer
+    # fit(): source_dir uploaded with oss2 (the local PutObject, signed), the script ran from
+    # there and alipai's log printer printed its lines
     assert result["fit_status"] == "Succeed"
     assert "training complete" in run.stdout
     record = LocalPlatformControl(server.url).job(result["fit_id"])
     assert record["state"] == "succeeded" and record["name"].startswith("alipai-fit")
     code_dir = record["request"]["AlgorithmSpec"]["CodeDir"]["LocationValue"]
-    assert (code_dir["Bucket"], code_dir["Key"]) == (PAI_CODE["Bucket"], PAI_CODE["Key"])
+    assert code_dir["Bucket"] == "out" and code_dir["Key"].startswith("pai/training_src/alipai_fit_")
+    uploaded = Path(server.data_dir) / "oss" / "out" / code_dir["Key"] / "train.py"
+    assert uploaded.read_bytes() == SCRIPT.read_bytes()
     assert result["fit_model"].startswith("oss://out/") and result["fit_model"].endswith("/model/")
+    # the local OSS refuses what it cannot stand behind, in OSS's own (XML) errors
+    assert result["oss_refusals"] == {
+        "wrong_secret": [403, "SignatureDoesNotMatch"],
+        "get_object": [501, "NotImplemented"],
+    }
+    assert not (Path(server.data_dir) / "oss" / "out" / "x").exists()
     print(f"fit() took {result['fit_seconds']} s")

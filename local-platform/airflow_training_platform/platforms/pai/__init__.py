@@ -1,8 +1,11 @@
 """Alibaba Cloud PAI training jobs (PaiStudio 2022-01-12: ROA paths under ``/api/v1/trainingjobs``,
-ACS3-HMAC-SHA256 signatures, ``{"Code", "Message", "RequestId"}`` errors), served from the same
-engine as every other platform."""
+ACS3-HMAC-SHA256 or ROA HMAC-SHA1 signatures, ``{"Code", "Message", "RequestId"}`` errors), served
+from the same engine as every other platform; and OSS ``PutObject`` (:mod:`.oss`) for alipai's
+code uploads."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from fastapi import Request
 from fastapi.responses import JSONResponse
@@ -10,6 +13,7 @@ from pydantic import BaseModel, Field
 
 from airflow_training_platform.errors import ApiError, request_id
 from airflow_training_platform.platforms.base import AppContext, LocalPlatform, platform_app, secret_setting
+from airflow_training_platform.platforms.pai import oss
 from airflow_training_platform.platforms.pai.logs import INSTANCE_NOT_FOUND
 from airflow_training_platform.platforms.pai.routes import PATH, build_router
 from airflow_training_platform.platforms.pai.user_code import parse_image_commands
@@ -70,7 +74,19 @@ def build(context: AppContext):
         allow_user_code=s.allow_user_code,
         image_commands=parse_image_commands(s.pai_image_command),
     )
-    return platform_app("Alibaba Cloud PAI (local)", router, render_error, context.faults)
+    pai_app = platform_app("Alibaba Cloud PAI (local)", router, render_error, context.faults)
+    oss_app = oss.build_app(s.engine_config().data_dir, key_pair, context.faults)
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await (oss_app if oss.is_oss(scope) else pai_app)(scope, receive, send)
+
+    return app
 
 
-PLATFORM = LocalPlatform(name=NAME, build=build, path_prefix=PATH, options=PaiOptions)
+def serves(scope: dict[str, Any]) -> bool:
+    """PaiStudio's training-job paths, and OSS requests (signed ``OSS <id>:<signature>``: alipai
+    uploading a job's code, :mod:`.oss`)."""
+    return scope.get("path", "").startswith(PATH) or oss.is_oss(scope)
+
+
+PLATFORM = LocalPlatform(name=NAME, build=build, match=serves, options=PaiOptions)
