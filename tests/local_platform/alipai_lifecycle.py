@@ -105,8 +105,11 @@ def oss_refusals(session: Session) -> dict[str, list]:
     wrong = oss2.Bucket(
         oss2.Auth(os.environ["ALIBABA_CLOUD_ACCESS_KEY_ID"], "wrong"), session.oss_endpoint, "out"
     )
+    key_id, secret = os.environ["ALIBABA_CLOUD_ACCESS_KEY_ID"], os.environ["ALIBABA_CLOUD_ACCESS_KEY_SECRET"]
+    v4 = oss2.Bucket(oss2.AuthV4(key_id, secret), session.oss_endpoint, "out", region="cn-hangzhou")
     for name, call in {
         "wrong_secret": lambda: wrong.put_object("x/y.txt", b"x"),
+        "signature_v4": lambda: v4.put_object("x/y.txt", b"x"),
         "get_object": lambda: session.oss_bucket.get_object("x/y.txt"),
     }.items():
         try:

@@ -93,6 +93,7 @@ def test_alipai_creates_gets_lists_waits_and_fits_with_its_defaults(sdk_python, 
     # the local OSS refuses what it cannot stand behind, in OSS's own (XML) errors
     assert result["oss_refusals"] == {
         "wrong_secret": [403, "SignatureDoesNotMatch"],
+        "signature_v4": [501, "NotImplemented"],
         "get_object": [501, "NotImplemented"],
     }
     assert not (Path(server.data_dir) / "oss" / "out" / "x").exists()

@@ -31,14 +31,15 @@ from airflow_training_platform.errors import ApiError, request_id
 from airflow_training_platform.faults import FaultInjector
 from airflow_training_platform.platforms.base import platform_app
 
-_PREFIX = b"oss "
+_PREFIXES = (b"oss ", b"oss4-hmac-sha256")
 _CODES = {400: "InvalidArgument", 403: "AccessDenied", 404: "NoSuchKey", 501: "NotImplemented"}
 
 
 def is_oss(scope: Mapping[str, Any]) -> bool:
-    """Is this an OSS request: an ``Authorization: OSS <id>:<signature>`` header (version 1)?"""
+    """Is this an OSS request: an ``Authorization: OSS <id>:<signature>`` header (version 1), or
+    ``OSS4-HMAC-SHA256 …`` (version 4, refused by :func:`verify`)?"""
     headers = dict(scope.get("headers", []))
-    return headers.get(b"authorization", b"")[:4].lower() == _PREFIX
+    return headers.get(b"authorization", b"").lower().startswith(_PREFIXES)
 
 
 def string_to_sign(method: str, headers: Mapping[str, str], bucket: str, key: str) -> str:
@@ -55,9 +56,14 @@ def verify(request: Request, bucket: str, key: str, key_pair: tuple[str, str] | 
     key pair only a well-formed ``Authorization`` is required.
 
     :raises ApiError: 403 ``InvalidArgument`` (malformed), ``InvalidAccessKeyId``,
-        ``SignatureDoesNotMatch`` (HTTP 403, as OSS answers them).
+        ``SignatureDoesNotMatch`` (HTTP 403, as OSS answers them); 501 ``NotImplemented`` for a
+        version 4 signature.
     """
     auth = request.headers.get("authorization", "")
+    if auth.upper().startswith("OSS4-"):
+        raise ApiError(
+            501, "NotImplemented", "OSS signature version 4 is not implemented locally: sign with version 1."
+        )
     key_id, _, given = auth[4:].strip().partition(":")
     if not key_id or not given or not request.headers.get("date"):
         raise ApiError(403, "InvalidArgument", "Authorization header is invalid.")
