@@ -74,7 +74,7 @@ def test_alipai_creates_gets_lists_waits_and_fits_with_its_defaults(sdk_python, 
 
     job_id = result["created"]
     assert job_id.startswith("train")
-    assert result["got_status"] in ("Creating", "Submitted", "Initializing", "Running")
+    assert result["got_status"] in ("Creating", "Submitted", "Initializing", "Running", "Succeed")
     assert result["listed"] == [job_id] and result["listed_total"] == 1
     assert result["waited_status"] == "Succeed"
     assert job_id in result["listed_models"]
