@@ -39,6 +39,12 @@ from airflow_training_platform.platforms.sagemaker import cloudwatch_logs, scrip
 from airflow_training_platform.platforms.sagemaker.sigv4 import verify
 
 CONTENT_TYPE = "application/x-amz-json-1.1"
+OPERATIONS = ("CreateTrainingJob", "DescribeTrainingJob", "StopTrainingJob", "ListTrainingJobs", "Search",
+              "AddTags", "ListTags", "DeleteTags")  # fmt: skip
+"""The SageMaker operations served (``X-Amz-Target: SageMaker.<name>``); any other is answered
+``UnknownOperationException`` (HTTP 400), as AWS answers a target it does not know: among the
+training job operations, ``DeleteTrainingJob``, ``UpdateTrainingJob`` and
+``ListTrainingJobsForHyperParameterTuningJob`` are not served."""
 _NOT_FOUND = "Requested resource not found."
 _TERMINAL = ("succeeded", "failed", "cancelled")
 
@@ -155,6 +161,7 @@ def build_router(
         "ListTags": list_tags,
         "DeleteTags": delete_tags,
     }
+    assert tuple(operations) == OPERATIONS
 
     @router.post("/")
     async def dispatch(request: Request) -> Response:
