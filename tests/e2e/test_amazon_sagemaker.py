@@ -6,6 +6,7 @@ runs user code. Assertions on the task logs and on the platform's own job record
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import re
 import subprocess
@@ -18,7 +19,7 @@ from airflow_training_devel.user_code import DATA_URI, put_code_and_data
 from airflow_training_platform.control import LocalPlatformControl
 from airflow_training_platform.server import LocalPlatformServer
 from tests.conftest import API_KEY, aws_connection, server_options
-from tests.e2e.conftest import AIRFLOW
+from tests.e2e.conftest import AIRFLOW, ROOT
 
 DAGS = Path(__file__).parent / "amazon_dags"
 RUN = uuid.uuid4().hex[:8]
@@ -138,3 +139,36 @@ def test_the_hooks_s3_input_check_asks_the_local_s3(server, monkeypatch):
         AirflowException, match="The input S3 Key or Prefix s3://data/missing/ does not exist"
     ):
         hook.check_training_config(config("s3://data/missing/"))
+
+
+def test_the_readmes_aws_connection_passes_the_amazon_providers_own_connection_test(tmp_path, monkeypatch):
+    """The README's ``aws_local`` connection, exactly (only its port changed to the test server's),
+    through ``AwsBaseHook.test_connection()`` — what the UI's Test button calls (STS
+    ``GetCallerIdentity`` at ``service_config.sts.endpoint_url``) — against a local platform
+    started with the README's key pair; the same connection with another secret fails it."""
+    from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
+
+    readme = (ROOT / "README.md").read_text()
+    key_id, secret = re.search(
+        r"serve --port 8765 .*?--sagemaker-access-key-id (\S+) --sagemaker-secret-access-key (\S+)",
+        readme,
+        re.S,
+    ).groups()
+    connections = set(re.findall(r"export AIRFLOW_CONN_AWS_LOCAL='(.*?)'", readme, re.S))
+    assert len(connections) == 1, "the README shows two different aws_local connections"
+    (connection,) = connections
+    assert json.loads(connection)["extra"]["service_config"]["sts"]["endpoint_url"]
+    with LocalPlatformServer(
+        str(tmp_path),
+        log_level="warning",
+        sagemaker_access_key_id=key_id,
+        sagemaker_secret_access_key=secret,
+    ) as srv:
+        monkeypatch.setenv("AIRFLOW_CONN_AWS_LOCAL", connection.replace("http://127.0.0.1:8765", srv.url))
+        ok, message = AwsBaseHook(aws_conn_id="aws_local", client_type="sts").test_connection()
+        assert ok, message
+        assert f"UserId='{key_id}'" in message and "Account='123456789012'" in message
+        wrong = connection.replace(f'"password": "{secret}"', '"password": "not-the-secret"')
+        monkeypatch.setenv("AIRFLOW_CONN_AWS_LOCAL", wrong.replace("http://127.0.0.1:8765", srv.url))
+        ok, message = AwsBaseHook(aws_conn_id="aws_local", client_type="sts").test_connection()
+        assert not ok and "InvalidSignatureException" in message
