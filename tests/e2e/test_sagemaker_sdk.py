@@ -98,13 +98,16 @@ def test_estimator_fit_with_its_defaults_runs_the_users_script_and_prints_its_li
     )
     out = run.stdout + run.stderr
     assert run.returncode == 0, out[-5000:]
+    assert API_KEY not in out
+    out, attach_part = out.split("=== ATTACH", 1)
+    attach_part, stop_part = attach_part.split("=== STOP", 1)
     # fit() printed the program's own lines (its CloudWatch stream), then the SDK's totals
     assert [int(m[1]) for m in EPOCH_LINE.finditer(out)] == [1, 2, 3], out
     assert "progress 3/3" in out and "training complete" in out
     assert re.search(r"Billable seconds: \d+", out)
     assert API_KEY not in out
 
-    described = json.loads(run.stdout.rsplit("DESCRIBED ", 1)[1])
+    described = json.loads(out.rsplit("DESCRIBED ", 1)[1].splitlines()[0])
     name = described["TrainingJobName"]
     assert described["TrainingJobStatus"] == "Completed" and name.startswith("sagemaker-scikit-learn-")
     hyper = described["HyperParameters"]
@@ -121,3 +124,22 @@ def test_estimator_fit_with_its_defaults_runs_the_users_script_and_prints_its_li
     assert described["ModelArtifacts"]["S3ModelArtifacts"] == f"s3://{BUCKET}/{name}/output/model.tar.gz"
     with tarfile.open(s3 / "output" / "model.tar.gz") as tar:
         assert json.loads(tar.extractfile("seen.json").read())["argv"][:2] == ["--epochs", "3"]
+
+    # attach() with its defaults read the job back (it needs OutputDataConfig.KmsKeyId, "" as AWS
+    # answers) and logs() printed the whole stream again, then the totals
+    attached = json.loads(attach_part.split("ATTACHED ", 1)[1].splitlines()[0])
+    assert attached["job"] == name and attached["output_path"] == f"s3://{BUCKET}/"
+    assert attached["output_kms_key"] == "" and attached["entry_point"] == "train.py"
+    assert json.loads(attached["hyperparameters"]["epochs"]) == 3
+    assert attached["model_data"] == described["ModelArtifacts"]["S3ModelArtifacts"]
+    assert [int(m[1]) for m in EPOCH_LINE.finditer(attach_part)] == [1, 2, 3], attach_part
+    assert "training complete" in attach_part and re.search(r"Billable seconds: \d+", attach_part)
+
+    # stop(): StopTrainingJob while it trains; the script saves its checkpoint on SIGTERM; wait() returns
+    stopped = json.loads(stop_part.split("STOPPED ", 1)[1].splitlines()[0])
+    assert (stopped["TrainingJobStatus"], stopped["SecondaryStatus"]) == ("Stopped", "Stopped")
+    steps = [t["Status"] for t in stopped["SecondaryStatusTransitions"]]
+    assert steps[-2:] == ["Stopping", "Stopped"] and "Training" in steps
+    assert "Job ended with status 'Stopped'" in stop_part
+    (stop_record,) = LocalPlatformControl(server.url).jobs(name=stopped["TrainingJobName"])
+    assert stop_record["state"] == "cancelled" and stop_record["cancel"]["reason"] == "StopTrainingJob"

@@ -89,6 +89,8 @@ def test_create_describe_list_search_and_tags(sm, control):
     assert set(metrics) == {"train:loss", "train:accuracy", "validation:loss", "validation:accuracy"}
     assert 0.0 < metrics["validation:accuracy"] <= 1.0 and metrics["train:loss"] > 0
     assert job["ModelArtifacts"]["S3ModelArtifacts"] == f"s3://b/output/{name}/output/model.tar.gz"
+    # AWS always answers KmsKeyId ("" when unset): the SageMaker SDK's Estimator.attach() reads it
+    assert job["OutputDataConfig"] == {"S3OutputPath": "s3://b/output", "KmsKeyId": ""}
     record = control.job(name)
     assert record["dataset"] == "iris" and record["state"] == "succeeded"
 
@@ -147,6 +149,21 @@ def test_a_new_job_with_the_same_checkpoint_location_resumes_from_it(sm, control
     record = control.job(second)
     assert record["resume_path"].endswith("ckpt_epoch_2.joblib")
     assert [c["epoch"] for c in record["checkpoints"] if c["kind"] == "automatic"] == [3, 4]
+
+    # a third (the Amazon operator's re-run after a clear, action_if_job_exists="timestamp") finds
+    # the checkpoint at its last epoch: nothing left to train, yet it ran, so it passed Training
+    third = unique("boto3-third")
+    sm.create_training_job(**body(third, epochs=4, checkpoints=shared))
+    job = wait(sm, third, lambda j: j["TrainingJobStatus"] == "Completed")
+    assert control.job(third)["resume_path"].endswith("ckpt_epoch_4.joblib")
+    steps = job["SecondaryStatusTransitions"]
+    assert [t["Status"] for t in steps] == ["Starting", "Downloading", "Training", "Uploading", "Completed"]
+    assert all(t["StartTime"] <= t["EndTime"] for t in steps)
+    assert all(a["EndTime"] == b["StartTime"] for a, b in zip(steps, steps[1:], strict=False))
+    training = steps[2]
+    assert job["TrainingStartTime"] == training["StartTime"]
+    assert job["CreationTime"] <= job["TrainingStartTime"] <= job["TrainingEndTime"]
+    assert training["StatusMessage"] == "Training image download completed. Training in progress."
 
 
 def test_signatures_are_checked(platform):

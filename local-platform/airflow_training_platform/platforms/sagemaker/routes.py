@@ -5,8 +5,8 @@ Version 4 (:mod:`.sigv4`).
 Operations: ``CreateTrainingJob`` (``ResourceInUse`` for a name that exists), ``DescribeTrainingJob``
 (``ValidationException`` "Requested resource not found." for an unknown one), ``StopTrainingJob``
 (``{}``; ``ValidationException`` "... is in status Stopped." for a job that ended),
-``ListTrainingJobs`` (filters, sort, integer ``NextToken``), ``Search`` (``Resource=TrainingJob``;
-filters on ``TrainingJobName``, ``TrainingJobStatus`` and ``Tags.<key>``), ``AddTags``,
+``ListTrainingJobs`` and ``Search`` (``Resource=TrainingJob``; :mod:`.search`: every documented
+filter, sort and page parameter, or a ``ValidationException`` naming it), ``AddTags``,
 ``ListTags``, ``DeleteTags``. Also STS ``GetCallerIdentity`` (query protocol, XML), which the Amazon
 provider's connection Test button calls (with ``service_config.sts.endpoint_url`` set to here), and
 CloudWatch Logs' ``DescribeLogStreams`` and ``GetLogEvents`` (``X-Amz-Target: Logs_20140328.*``,
@@ -35,10 +35,16 @@ from airflow_training_platform.engine import (
 )
 from airflow_training_platform.errors import ApiError
 from airflow_training_platform.platforms.common import tags_of
-from airflow_training_platform.platforms.sagemaker import cloudwatch_logs, script_mode, wire
+from airflow_training_platform.platforms.sagemaker import cloudwatch_logs, script_mode, search, wire
 from airflow_training_platform.platforms.sagemaker.sigv4 import verify
 
 CONTENT_TYPE = "application/x-amz-json-1.1"
+OPERATIONS = ("CreateTrainingJob", "DescribeTrainingJob", "StopTrainingJob", "ListTrainingJobs", "Search",
+              "AddTags", "ListTags", "DeleteTags")  # fmt: skip
+"""The SageMaker operations served (``X-Amz-Target: SageMaker.<name>``); any other is answered
+``UnknownOperationException`` (HTTP 400), as AWS answers a target it does not know: among the
+training job operations, ``DeleteTrainingJob``, ``UpdateTrainingJob`` and
+``ListTrainingJobsForHyperParameterTuningJob`` are not served."""
 _NOT_FOUND = "Requested resource not found."
 _TERMINAL = ("succeeded", "failed", "cancelled")
 
@@ -120,48 +126,10 @@ def build_router(
         return {}
 
     def list_jobs(body: dict[str, Any]) -> dict[str, Any]:
-        recs = engine.list(wire.PLATFORM)
-        jobs = [wire.job_to_wire(r, region) for r in recs]
-        if (status := body.get("StatusEquals")) is not None:
-            jobs = [j for j in jobs if j["TrainingJobStatus"] == status]
-        if (text := body.get("NameContains")) is not None:
-            jobs = [j for j in jobs if text in j["TrainingJobName"]]
-        for key, cmp in (
-            ("CreationTimeAfter", lambda a, b: a > b),
-            ("CreationTimeBefore", lambda a, b: a < b),
-        ):
-            if (value := body.get(key)) is not None:
-                jobs = [j for j in jobs if cmp(j["CreationTime"], float(value))]
-        sort_key = {"Name": "TrainingJobName", "Status": "TrainingJobStatus"}.get(
-            body.get("SortBy", ""), "CreationTime"
-        )
-        jobs.sort(key=lambda j: j[sort_key], reverse=body.get("SortOrder", "Descending") == "Descending")
-        page, token = _page(jobs, body)
-        keys = ("TrainingJobName", "TrainingJobArn", "CreationTime", "TrainingEndTime", "LastModifiedTime",
-                "TrainingJobStatus", "SecondaryStatus")  # fmt: skip
-        out: dict[str, Any] = {"TrainingJobSummaries": [{k: j[k] for k in keys if k in j} for j in page]}
-        if token is not None:
-            out["NextToken"] = token
-        return out
+        return search.list_training_jobs(engine, region, body)
 
-    def search(body: dict[str, Any]) -> dict[str, Any]:
-        if body.get("Resource") != "TrainingJob":
-            raise ApiError(400, "ValidationException", "Only Resource=TrainingJob is supported here")
-        expression = body.get("SearchExpression") or {}
-        filters = expression.get("Filters") or []
-        results = []
-        for rec in engine.list(wire.PLATFORM):
-            job = {**wire.job_to_wire(rec, region), "Tags": tags_of(rec)}
-            matched = [_matches(job, f) for f in filters]
-            if not filters or (all(matched) if expression.get("Operator", "And") == "And" else any(matched)):
-                results.append({"TrainingJob": job})
-        descending = body.get("SortOrder", "Descending") == "Descending"
-        results.sort(key=lambda r: r["TrainingJob"]["CreationTime"], reverse=descending)
-        page, token = _page(results, body)
-        out: dict[str, Any] = {"Results": page}
-        if token is not None:
-            out["NextToken"] = token
-        return out
+    def search_jobs(body: dict[str, Any]) -> dict[str, Any]:
+        return search.search(engine, region, body)
 
     def add_tags(body: dict[str, Any]) -> dict[str, Any]:
         rec = by_arn(body.get("ResourceArn"))
@@ -188,11 +156,12 @@ def build_router(
         "DescribeTrainingJob": describe,
         "StopTrainingJob": stop,
         "ListTrainingJobs": list_jobs,
-        "Search": search,
+        "Search": search_jobs,
         "AddTags": add_tags,
         "ListTags": list_tags,
         "DeleteTags": delete_tags,
     }
+    assert tuple(operations) == OPERATIONS
 
     @router.post("/")
     async def dispatch(request: Request) -> Response:
@@ -246,34 +215,3 @@ def caller_identity(request: Request, raw: bytes) -> Response:
         "<ResponseMetadata><RequestId>local</RequestId></ResponseMetadata></GetCallerIdentityResponse>"
     )
     return Response(xml, media_type="text/xml")
-
-
-def _page(items: list[Any], body: dict[str, Any]) -> tuple[list[Any], str | None]:
-    limit = body.get("MaxResults", 100)
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 100:
-        raise wire.bad("maxResults", f"'{limit}' failed to satisfy constraint: must be between 1 and 100")
-    start = int(body.get("NextToken") or 0)
-    page = items[start : start + limit]
-    return page, (str(start + limit) if start + limit < len(items) else None)
-
-
-def _matches(job: dict[str, Any], flt: dict[str, Any]) -> bool:
-    name, op, value = flt.get("Name", ""), flt.get("Operator", "Equals"), flt.get("Value")
-    if name.startswith("Tags."):
-        key = name.removeprefix("Tags.")
-        actual = next((t["Value"] for t in job["Tags"] if t["Key"] == key), None)
-    else:
-        actual = job.get(name)
-    if op == "Exists":
-        return actual is not None
-    if op == "NotExists":
-        return actual is None
-    if actual is None:
-        return False
-    if op == "Equals":
-        return str(actual) == str(value)
-    if op == "NotEquals":
-        return str(actual) != str(value)
-    if op == "Contains":
-        return str(value) in str(actual)
-    raise ApiError(400, "ValidationException", f"Unsupported filter operator {op}")

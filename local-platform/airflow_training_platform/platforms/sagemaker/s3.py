@@ -37,6 +37,10 @@ from airflow_training_platform.platforms.sagemaker import s3_payload
 from airflow_training_platform.platforms.sagemaker.s3_store import ObjectInfo, S3Store
 from airflow_training_platform.platforms.sagemaker.sigv4 import Signature, verify_s3
 
+OPERATIONS = ("ListBuckets", "CreateBucket", "HeadBucket", "DeleteBucket", "GetBucketLocation", "ListObjectsV2",
+              "ListObjects", "HeadObject", "GetObject", "PutObject", "CopyObject", "DeleteObject", "DeleteObjects",
+              "CreateMultipartUpload", "UploadPart", "CompleteMultipartUpload", "AbortMultipartUpload")  # fmt: skip
+"""The S3 operations served (AWS S3 API reference names); any other is 501 ``NotImplemented``."""
 XMLNS = "http://s3.amazonaws.com/doc/2006-03-01/"
 OWNER_ID = "local"
 MAX_KEYS = 1000

@@ -73,6 +73,8 @@ _PRIMARY = {
     "Stopped": "Stopped",
     "MaxRuntimeExceeded": "Stopped",
 }
+# reached from Downloading only by a trainer that ran and exited by itself: on AWS it passed Training
+_AFTER_TRAINING = frozenset({"Uploading", "Completed", "Failed"})
 _MESSAGES = {
     "Starting": "Preparing the instances for training",
     "Downloading": "Downloading input data",
@@ -216,12 +218,32 @@ def secondary_of(rec: dict[str, Any], state: str | None = None) -> str:
 
 
 def transitions(rec: dict[str, Any]) -> list[dict[str, Any]]:
-    """``SecondaryStatusTransitions`` from the engine's state history (consecutive repeats merged)."""
+    """``SecondaryStatusTransitions`` from the engine's state history (consecutive repeats merged):
+    ``[{"Status", "StartTime", "EndTime" (not on the current one while the job runs),
+    "StatusMessage"}]``, times in epoch seconds.
+
+    A built-in trainer that exits without a step or epoch line (it resumed from a checkpoint
+    already at its last epoch, or failed as it began) never enters the engine's ``running``; on
+    AWS the algorithm's container still ran, and every job that ran passes through ``Training``
+    (``DescribeTrainingJob``, ``SecondaryStatusTransitions``): a ``Training`` is put in from the
+    trainer's exit (``TrainingStartTime`` = ``TrainingEndTime``) to the next status. A job stopped
+    while it downloads gets none, as on AWS.
+    """
     out: list[dict[str, Any]] = []
     for entry in rec["state_history"]:
         status = secondary_of(rec, entry["state"])
         if out and out[-1]["Status"] == status:
             continue
+        if (
+            out
+            and out[-1]["Status"] == "Downloading"
+            and status in _AFTER_TRAINING
+            and rec.get("exited_at")
+            and not rec.get("user_code")  # a user program enters running as it starts
+        ):
+            exited = min(float(rec["exited_at"]), entry["at"])  # the trainer's exit: TrainingEndTime
+            out[-1]["EndTime"] = exited
+            out.append({"Status": "Training", "StartTime": exited, "StatusMessage": _MESSAGES["Training"]})
         if out:
             out[-1]["EndTime"] = entry["at"]
         message = _MESSAGES[status]
@@ -233,12 +255,22 @@ def transitions(rec: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def training_start_time(rec: dict[str, Any], steps: list[dict[str, Any]]) -> float | None:
+    """``TrainingStartTime``: when the job entered ``Training`` (the engine's ``running_at``, or
+    the ``Training`` :func:`transitions` put in for a trainer that had nothing left to train);
+    ``None`` for a job that never got there (stopped or failed while starting)."""
+    if rec.get("running_at"):
+        return float(rec["running_at"])
+    return next((t["StartTime"] for t in steps if t["Status"] == "Training"), None)
+
+
 def job_to_wire(rec: dict[str, Any], region: str) -> dict[str, Any]:
     """Engine record → ``DescribeTrainingJob`` answer."""
     req = rec.get("request") or {}
     secondary = secondary_of(rec)
     status = _PRIMARY[secondary]
     name = rec["job_id"]
+    steps = transitions(rec)
     out: dict[str, Any] = {
         "TrainingJobName": name,
         "TrainingJobArn": arn(name, region),
@@ -247,7 +279,8 @@ def job_to_wire(rec: dict[str, Any], region: str) -> dict[str, Any]:
         "AlgorithmSpecification": req.get("AlgorithmSpecification"),
         "RoleArn": req.get("RoleArn"),
         "InputDataConfig": req.get("InputDataConfig") or [],
-        "OutputDataConfig": req.get("OutputDataConfig"),
+        # AWS always answers KmsKeyId, "" when unset (the SageMaker SDK's attach() reads it)
+        "OutputDataConfig": {"KmsKeyId": "", **(req.get("OutputDataConfig") or {})},
         "ResourceConfig": req.get("ResourceConfig"),
         "StoppingCondition": req.get("StoppingCondition"),
         "HyperParameters": req.get("HyperParameters") or {},
@@ -256,15 +289,15 @@ def job_to_wire(rec: dict[str, Any], region: str) -> dict[str, Any]:
         },
         "CreationTime": rec["created_at"],
         "LastModifiedTime": rec["updated_at"] or rec["created_at"],
-        "SecondaryStatusTransitions": transitions(rec),
+        "SecondaryStatusTransitions": steps,
         "x_local_cost_usd": round(rec["cost"]["current_usd"], 6),
     }
     if req.get("CheckpointConfig"):
         out["CheckpointConfig"] = req["CheckpointConfig"]
     if saved := final_checkpoint_after_stop(rec, (req.get("CheckpointConfig") or {}).get("S3Uri")):
         out[FINAL_CHECKPOINT_FIELD] = saved
-    if rec.get("running_at"):
-        out["TrainingStartTime"] = rec["running_at"]
+    if (started := training_start_time(rec, steps)) is not None:
+        out["TrainingStartTime"] = started
     if rec["state"] in ("succeeded", "failed", "cancelled"):
         out["TrainingEndTime"] = rec["exited_at"] or rec["finished_at"]
         seconds = int(math.ceil(rec["cost"]["wall_seconds"]))
