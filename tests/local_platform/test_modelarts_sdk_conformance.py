@@ -2,7 +2,7 @@
 it against the local platform: the job search's pages (``offset`` a page number), ``count``/``total``,
 sort, filters and TMS ``tags``; the events' ``pattern``/``level``/time filters; delete; and every
 training-job method of the client, enumerated from the client itself, served or refused honestly
-(501 ``ModelArts.0501``, or the route's own 400) — never a not-found for a job that exists.
+(501 ``ModelArts.2858`` UnsupportedOperation, or the route's own 400) — never a not-found for a job that exists.
 
 Parameters the SDK cannot send (an unknown one) go as plain HTTP with an IAM token (any token: the
 server sets none). One server for the module; each test works in its own project.
@@ -115,26 +115,33 @@ def test_search_pages_counts_sorts_filters_and_tags(server):
 
 
 @pytest.mark.parametrize(
-    ("body", "named"),
+    ("body", "named", "code"),
     [
-        ({"filters": [{"key": "algorithm_name", "operator": "in", "value": ["x"]}]}, "filters.0.key"),
-        ({"filters": [{"key": "phase", "operator": "between", "value": ["a", "b"]}]}, "filters.0.operator"),
-        ({"host_ips": ["10.0.0.1"]}, "host_ips"),
-        ({"group_by": "phase"}, "group_by"),
-        ({"sort_by": "duration"}, "sort_by"),
-        ({"limit": 51}, "limit"),
-        ({"offset": -1}, "offset"),
-        ({"tags": [{"key": "a"}, {"key": "a"}]}, "tags.1.key"),
-        ({"page": 2}, "page"),
+        ({"filters": [{"key": "algorithm_name", "operator": "in", "value": ["x"]}]}, "filters.0.key", "2807"),
+        (
+            {"filters": [{"key": "phase", "operator": "between", "value": ["a", "b"]}]},
+            "filters.0.operator",
+            "2808",
+        ),
+        (
+            {"filters": [{"key": "create_time", "operator": "between", "value": ["1"]}]},
+            "filters.0.value",
+            "2809",
+        ),
+        ({"host_ips": ["10.0.0.1"]}, "host_ips", "2858"),
+        ({"group_by": "phase"}, "group_by", "2858"),
+        ({"sort_by": "duration"}, "sort_by", "2790"),
+        ({"limit": 51}, "limit", "0101"),
+        ({"offset": -1}, "offset", "0101"),
+        ({"tags": [{"key": "a"}, {"key": "a"}]}, "tags.1.key", "0101"),
+        ({"page": 2}, "page", "0101"),
     ],
 )
-def test_a_search_parameter_it_cannot_apply_is_refused_naming_it(server, body, named):
+def test_a_search_parameter_it_cannot_apply_is_refused_naming_it(server, body, named, code):
     answer = raw(server, "POST", f"/v2/{project()}/training-job-searches", json=body)
     assert answer.status_code == 400, answer.text
-    assert (
-        answer.json()["error_code"] == "ModelArts.0101"
-        and f"Invalid parameter {named}:" in answer.json()["error_msg"]
-    )
+    assert answer.json()["error_code"] == f"ModelArts.{code}", answer.text
+    assert f"Invalid parameter {named}:" in answer.json()["error_msg"]
 
 
 def test_events_filter_by_pattern_level_and_time_and_refuse_unknown_parameters(server):
@@ -255,6 +262,6 @@ def test_every_training_job_method_of_the_client_is_served_or_refused_honestly(s
         except ServiceResponseException as exc:
             assert exc.status_code != 404 and exc.error_code != "ModelArts.2762", f"{method}: {exc.error_msg}"
             if exc.status_code == 501:
-                assert exc.error_code == "ModelArts.0501", f"{method}: {exc.error_code}"
+                assert exc.error_code == "ModelArts.2858", f"{method}: {exc.error_code}"
             outcome[method] = "501" if exc.status_code == 501 else "served"
     assert {name for name, how in outcome.items() if how == "served"} == SERVED, outcome

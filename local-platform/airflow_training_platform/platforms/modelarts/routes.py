@@ -10,7 +10,7 @@ a job that has ended), ``DELETE …/training-jobs/{id}`` (202, the job is gone; 
 ``GET …/training-jobs/{id}/logs/{task_id}``), its resource metrics
 (``GET …/training-jobs/{id}/metrics/{task_id}``) and the jobs' TMS tags (:mod:`.tags`). A job belongs
 to the project it was created in. Every other training-job route of the API is answered 501
-(``ModelArts.0501``) by the platform app. With ``--allow-user-code`` a create naming the user's code
+(``ModelArts.2858``) by the platform app. With ``--allow-user-code`` a create naming the user's code
 runs it (:mod:`.user_code`).
 """
 

@@ -16,6 +16,13 @@ from typing import Any
 
 from airflow_training_platform.platforms.modelarts.wire import bad
 
+# documented error codes (ModelArts API reference, "Error Codes")
+UNSUPPORTED_SORT_BY = "ModelArts.2790"
+UNSUPPORTED_CONDITION_KEY = "ModelArts.2807"
+UNSUPPORTED_CONDITION_OPERATOR = "ModelArts.2808"
+UNSUPPORTED_CONDITION_VALUE = "ModelArts.2809"
+UNSUPPORTED_OPERATION = "ModelArts.2858"
+
 LIMIT_DEFAULT = 10
 """``limit`` when a search gives none (the API says 1–50 and no default; 10 here)."""
 
@@ -91,9 +98,12 @@ def search(
       custom job) or ``ftjob`` (none: no fine-tuning jobs here);
     * ``group_by`` other than empty and ``host_ips`` are refused (not implemented), as is any other field.
 
+    Refusals use the documented codes: ``ModelArts.2790`` (``sort_by``), ``2807`` (a filter key),
+    ``2808`` (an operator), ``2809`` (a ``between`` value), ``2858`` (``group_by``, ``host_ips``),
+    else ``ModelArts.0101``.
+
     :param now: epoch seconds (default: now), for the tags' 31-day window.
-    :raises ApiError: ``ModelArts.0101`` (HTTP 400) naming the field that is unknown, invalid or not
-        implemented.
+    :raises ApiError: HTTP 400 naming the field that is unknown, invalid or not implemented.
     """
     for key in body:
         if key not in SEARCH_PARAMETERS:
@@ -104,14 +114,20 @@ def search(
         raise bad("limit", f"'{limit}' must be between 1 and {LIMIT_MAX}")
     sort_by = body.get("sort_by") or "create_time"
     if sort_by not in SORT_KEYS:
-        raise bad("sort_by", f"'{sort_by}' is not supported by the local platform ({', '.join(SORT_KEYS)})")
+        raise bad(
+            "sort_by",
+            f"'{sort_by}' is not supported by the local platform ({', '.join(SORT_KEYS)})",
+            UNSUPPORTED_SORT_BY,
+        )
     order = body.get("order") or "desc"
     if order not in ORDERS:
         raise bad("order", f"'{order}' must be asc or desc")
     if body.get("group_by"):
-        raise bad("group_by", "grouping is not implemented by the local platform")
+        raise bad("group_by", "grouping is not implemented by the local platform", UNSUPPORTED_OPERATION)
     if body.get("host_ips"):
-        raise bad("host_ips", "searching by host IP is not implemented by the local platform")
+        raise bad(
+            "host_ips", "searching by host IP is not implemented by the local platform", UNSUPPORTED_OPERATION
+        )
 
     matches = list(jobs)
     if (workspace := body.get("workspace_id")) is not None:
@@ -154,10 +170,18 @@ def _filtered(jobs: list[dict[str, Any]], rule: Any, index: int) -> list[dict[st
         raise bad(field, "must be {key, operator, value: [...]}")
     key, operator, values = rule.get("key"), rule.get("operator") or "in", [str(v) for v in rule["value"]]
     if key not in FILTERS:
-        raise bad(f"{field}.key", f"'{key}' is not supported by the local platform ({', '.join(FILTERS)})")
+        raise bad(
+            f"{field}.key",
+            f"'{key}' is not supported by the local platform ({', '.join(FILTERS)})",
+            UNSUPPORTED_CONDITION_KEY,
+        )
     read, operators = FILTERS[key]
     if operator not in operators:
-        raise bad(f"{field}.operator", f"'{operator}' is not supported for {key} ({', '.join(operators)})")
+        raise bad(
+            f"{field}.operator",
+            f"'{operator}' is not supported for {key} ({', '.join(operators)})",
+            UNSUPPORTED_CONDITION_OPERATOR,
+        )
     if operator == "in":
         return [j for j in jobs if read(j) in values]
     if operator == "not":
@@ -165,7 +189,9 @@ def _filtered(jobs: list[dict[str, Any]], rule: Any, index: int) -> list[dict[st
     if operator == "like":
         return [j for j in jobs if any(v in read(j) for v in values)]
     if len(values) != 2 or not all(v.isdigit() for v in values):
-        raise bad(f"{field}.value", "between takes two times in epoch milliseconds")
+        raise bad(
+            f"{field}.value", "between takes two times in epoch milliseconds", UNSUPPORTED_CONDITION_VALUE
+        )
     low, high = int(values[0]), int(values[1])
     return [j for j in jobs if low <= read(j) <= high]
 

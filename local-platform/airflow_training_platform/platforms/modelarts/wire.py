@@ -70,9 +70,12 @@ read by this id."""
 ALIVE = ("pending", "queued", "starting", "running", "finalizing")
 
 
-def bad(field: str, message: str) -> ApiError:
-    """``ModelArts.0101`` naming the request field (HTTP 400)."""
-    return ApiError(400, "ModelArts.0101", f"Invalid parameter {field}: {message}")
+def bad(field: str, message: str, code: str = "ModelArts.0101") -> ApiError:
+    """HTTP 400 naming the request field: ``ModelArts.0101`` ("Invalid parameter"), or the more
+    precise documented ``code`` (the search's ``ModelArts.2790`` UnsupportedSortBy, ``2807``
+    UnsupportedConditionKey, ``2808`` UnsupportedConditionOperator, ``2809``
+    UnsupportedConditionValue, ``2858`` UnsupportedOperation)."""
+    return ApiError(400, code, f"Invalid parameter {field}: {message}")
 
 
 def obs_path(data_dir: str, uri: str, field: str) -> str:
