@@ -4,7 +4,8 @@ check off, and a throw-away home: both would otherwise reach together.ai and PyP
 
 The CLI asks ``GET /v3/whoami`` before every command; then the fine-tuning group's lifecycle: create,
 list, retrieve, list-events, list-checkpoints, list-metrics, model-limits, cancel, delete (a running
-job is refused, an ended one is gone). Every method of the SDK's ``fine_tuning`` resource is served
+job is refused, an ended one is gone); download and download-tokenized-dataset fail (501), not with
+"job not found". Every method of the SDK's ``fine_tuning`` resource is served
 or answered 501 ``not_implemented`` — never a 404 for a job that exists.
 """
 
@@ -116,10 +117,12 @@ def test_the_cli_runs_a_fine_tuning_lifecycle(cli_env, client, server):
         "metrics": start(cli_env, "fine-tuning", "list-metrics", done, "--json"),
         "limits": start(cli_env, "fine-tuning", "model-limits", "org/base-8b", "--json"),
         "delete_running": start(cli_env, "fine-tuning", "delete", running, "--non-interactive"),
+        "download": start(cli_env, "fine-tuning", "download", done),
+        "download_tokenized": start(cli_env, "fine-tuning", "download-tokenized-dataset", done),
     }
     answers = {name: finish(proc) for name, proc in reads.items()}
     for name, (code, out) in answers.items():
-        assert code == (1 if name == "delete_running" else 0), f"{name}: {out}"
+        assert code == (1 if name.startswith(("delete", "download")) else 0), f"{name}: {out}"
     assert {done, running} <= set(JOB_ID.findall(answers["list"][1]))
     assert first_json(answers["retrieve"][1])["status"] == "completed"
     assert {"job_complete", "training_complete"} <= set(re.findall(r'"type": "(\w+)"', answers["events"][1]))
@@ -127,6 +130,10 @@ def test_the_cli_runs_a_fine_tuning_lifecycle(cli_env, client, server):
     assert '"loss"' in answers["metrics"][1] or "loss" in answers["metrics"][1]
     assert "max_num_epochs" in answers["limits"][1]
     assert "cannot be deleted while it is running" in answers["delete_running"][1]
+    for name in ("download", "download_tokenized"):  # not served (501): a failure, never "job not found"
+        assert "not found" not in answers[name][1].lower(), answers[name][1]
+    # the CLI prints the 501's message (its download prints its own "not downloadable" for any failure)
+    assert "is not implemented by the local training platform" in answers["download_tokenized"][1]
     assert client.fine_tuning.retrieve(running).status == "running"
 
     stop_and_delete = [start(cli_env, "fine-tuning", "cancel", running, "--non-interactive"),
