@@ -402,6 +402,21 @@ class TrainingEngine:
             job.spec.tags = list(tags)
             return self._snapshot(job)
 
+    def delete(self, job_id: str, platform: str | None = None) -> dict[str, Any]:
+        """Forget an ended job (a platform's delete): afterwards :meth:`get` raises JobNotFound and
+        :meth:`list` omits it; its checkpoint and output files stay where they were written (the
+        platforms' storage, not the job). Returns its last snapshot.
+
+        :raises JobNotFound: no such job (of ``platform``, when given).
+        :raises StateConflict: the job has not ended (a platform stops it first, or refuses).
+        """
+        with self._lock:
+            job = self._find(job_id, platform)
+            if job.state not in TERMINAL_STATES:
+                raise StateConflict(f"job {job_id} is still {job.state}", job.state)
+            del self._jobs[job_id]
+            return self._snapshot(job)
+
     def read_log(
         self, job_id: str, start: int = 0, limit: int = 1000, platform: str | None = None
     ) -> dict[str, Any]:

@@ -16,8 +16,11 @@ from airflow_training_platform.platforms.modelarts.routes import build_router
 from airflow_training_platform.platforms.modelarts.user_code import parse_image_commands
 from airflow_training_platform.platforms.modelarts.wire import PLATFORM as NAME
 
-#: the paths it serves: ``/v2/<project_id>/training-jobs…`` and ``/v2/<project_id>/training-job-searches``
-_PATH = re.compile(r"^/v2/[^/]+/training-job(s|-searches)(/|$)")
+#: the paths of its training API: ``/v2/<project_id>/training-jobs…``, ``…/training-job-searches`` and
+#: the other ``/v2/<project_id>/training-*`` resources (names, flavors, engines, quotas, experiments...),
+#: and the jobs' TMS tags ``/v2/<project_id>/modelarts-training-job/…``. What the router does not
+#: serve is answered 501 ``ModelArts.2858`` (a TensorOne ``/v2/training/…`` path has no ``training-``)
+_PATH = re.compile(r"^/v2/[^/]+/(training-[^/]+|modelarts-training-job)(/|$)")
 
 
 class ModelArtsOptions(BaseModel):
@@ -43,7 +46,7 @@ _CODES = {
     404: "ModelArts.2762",
     429: "APIGW.0308",
     500: "ModelArts.0010",
-    501: "ModelArts.0501",
+    501: "ModelArts.2858",  # documented UnsupportedOperation, "Current operation not supported"
     503: "ModelArts.0011",
 }
 

@@ -3,11 +3,15 @@ every request checked against its SDK-HMAC-SHA256 signature or IAM token (:mod:`
 
 ``POST /v2/{project_id}/training-jobs`` (create, 201), ``GET …/training-jobs/{id}`` (show; 404 for an
 unknown one), ``POST …/training-jobs/{id}/actions`` (``{"action_type": "terminate"}``, 202; 400 for
-a job that has ended), ``DELETE …/training-jobs/{id}`` (202), ``POST …/training-job-searches``
-(search), ``GET …/training-jobs/{id}/events`` and a task's logs (:mod:`.logs`:
+a job that has ended), ``DELETE …/training-jobs/{id}`` (202, the job is gone; 400 while it runs),
+``POST …/training-job-searches`` (search, :mod:`.search`), ``GET …/training-jobs/{id}/events``
+(:func:`.search.events`), a task's logs (:mod:`.logs`:
 ``GET …/training-jobs/{id}/tasks/{task_id}/logs/preview``, ``…/logs/url`` and the file it links to,
-``GET …/training-jobs/{id}/logs/{task_id}``). A job belongs to the project it was created in.
-With ``--allow-user-code`` a create naming the user's code runs it (:mod:`.user_code`).
+``GET …/training-jobs/{id}/logs/{task_id}``), its resource metrics
+(``GET …/training-jobs/{id}/metrics/{task_id}``) and the jobs' TMS tags (:mod:`.tags`). A job belongs
+to the project it was created in. Every other training-job route of the API is answered 501
+(``ModelArts.2858``) by the platform app. With ``--allow-user-code`` a create naming the user's code
+runs it (:mod:`.user_code`).
 """
 
 from __future__ import annotations
@@ -30,11 +34,15 @@ from airflow_training_platform.engine import (
     TrainingEngine,
 )
 from airflow_training_platform.errors import ApiError
-from airflow_training_platform.platforms.modelarts import logs, user_code, wire
+from airflow_training_platform.platforms.modelarts import logs, search, user_code, wire
 from airflow_training_platform.platforms.modelarts.signing import verify
+from airflow_training_platform.platforms.modelarts.tags import TmsTags, add_tag_routes
 
 ROOT = "/v2/{project_id}"
 TASK_LOGS = ROOT + "/training-jobs/{job_id}/tasks/{task_id}/logs"
+
+RESOURCE_METRICS = ("cpuUsage", "memUsage", "gpuUtil", "gpuMemUsage", "npuUtil", "npuMemUsage")
+"""The resource metrics a task's metrics route reports (ShowTrainingJobMetrics, ``metric``)."""
 
 LOG_URL_SECONDS = 3600
 """How long a ``…/logs/url`` link stays valid (s); Huawei calls it temporary without a number."""
@@ -55,6 +63,7 @@ def build_router(
     (``image_commands``: ``engine.image_url`` → local command), else refuse them."""
     images = dict(image_commands or {})
     router = APIRouter(tags=["modelarts"])
+    tms_tags = TmsTags()
     link_key = secrets.token_bytes(32)  # signs the log links of this server's life, like a presigned URL
 
     def link_signature(path: str, expires: int) -> str:
@@ -125,44 +134,51 @@ def build_router(
     @router.delete(ROOT + "/training-jobs/{job_id}")
     async def delete(request: Request, project_id: str, job_id: str) -> Response:
         await checked(request)
-        rec = record(project_id, job_id)
-        if rec["state"] in wire.ALIVE:
+        record(project_id, job_id)
+        try:  # Huawei documents no answer for a live job: refused rather than stopped behind the caller
+            engine.delete(job_id, platform=wire.PLATFORM)
+        except StateConflict:
             raise ApiError(
                 400, "ModelArts.2768", "A running training job cannot be deleted; terminate it first."
-            )
+            ) from None
+        tms_tags.remove(job_id)
         return Response(status_code=202)
 
+    def project_records(project_id: str) -> list[dict[str, Any]]:
+        return [r for r in engine.list(wire.PLATFORM) if _project(r) == project_id]
+
     @router.post(ROOT + "/training-job-searches")
-    async def search(request: Request, project_id: str) -> JSONResponse:
+    async def job_search(request: Request, project_id: str) -> JSONResponse:
         body = json_body(await checked(request))
         if not isinstance(body, dict):
             raise wire.bad("body", "must be a JSON object")
-        records = [r for r in engine.list(wire.PLATFORM) if _project(r) == project_id]
-        return JSONResponse(wire.search(records, body))
+        jobs = [wire.job_to_wire(r) for r in project_records(project_id)]
+        return JSONResponse(search.search(jobs, body, tms_tags.of))
 
     @router.get(ROOT + "/training-jobs/{job_id}/events")
     async def events(request: Request, project_id: str, job_id: str) -> JSONResponse:
         await checked(request)
-        rec = record(project_id, job_id)
-        q = request.query_params
-        offset, limit = _int(q.get("offset"), "offset", 0, 0), _int(q.get("limit"), "limit", 50, 1)
-        if limit > 100:
-            raise wire.bad("limit", f"'{limit}' must be at most 100")
-        order = q.get("order") or "desc"
-        lines = wire.events_to_wire(rec)
-        if level := q.get("level"):
-            lines = [e for e in lines if e["level"] == level]
-        if order == "desc":
-            lines.reverse()
-        return JSONResponse(
-            {
-                "total": len(lines),
-                "limit": limit,
-                "offset": offset,
-                "order": order,
-                "events": lines[offset : offset + limit],
-            }  # fmt: skip
-        )
+        lines = wire.events_to_wire(record(project_id, job_id))
+        return JSONResponse(search.events(lines, request.query_params))
+
+    @router.get(ROOT + "/training-jobs/{job_id}/metrics/{task_id}")
+    async def metrics(request: Request, project_id: str, job_id: str, task_id: str) -> JSONResponse:
+        await checked(request)
+        record(project_id, job_id)
+        if task_id not in wire.TASKS:
+            raise wire.bad(
+                "task_id", f"'{task_id}' is not a task of training job {job_id} ({', '.join(wire.TASKS)})"
+            )
+        # no resource usage is sampled locally: every series is empty, not made up
+        return JSONResponse({"metrics": [{"metric": name, "value": []} for name in RESOURCE_METRICS]})
+
+    add_tag_routes(
+        router,
+        tms_tags,
+        checked,
+        record,
+        lambda project_id: [r["job_id"] for r in project_records(project_id)],
+    )
 
     @router.get(TASK_LOGS + "/preview")
     async def log_preview(request: Request, project_id: str, job_id: str, task_id: str) -> JSONResponse:

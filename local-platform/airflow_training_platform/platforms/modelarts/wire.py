@@ -70,9 +70,12 @@ read by this id."""
 ALIVE = ("pending", "queued", "starting", "running", "finalizing")
 
 
-def bad(field: str, message: str) -> ApiError:
-    """``ModelArts.0101`` naming the request field (HTTP 400)."""
-    return ApiError(400, "ModelArts.0101", f"Invalid parameter {field}: {message}")
+def bad(field: str, message: str, code: str = "ModelArts.0101") -> ApiError:
+    """HTTP 400 naming the request field: ``ModelArts.0101`` ("Invalid parameter"), or the more
+    precise documented ``code`` (the search's ``ModelArts.2790`` UnsupportedSortBy, ``2807``
+    UnsupportedConditionKey, ``2808`` UnsupportedConditionOperator, ``2809``
+    UnsupportedConditionValue, ``2858`` UnsupportedOperation)."""
+    return ApiError(400, code, f"Invalid parameter {field}: {message}")
 
 
 def obs_path(data_dir: str, uri: str, field: str) -> str:
@@ -274,50 +277,3 @@ def events_to_wire(rec: dict[str, Any]) -> list[dict[str, Any]]:
             }
         )
     return out
-
-
-def search(records: list[dict[str, Any]], body: dict[str, Any]) -> dict[str, Any]:
-    """``POST /training-job-searches``: ``filters`` (``phase``/``name``/``kind``; operators ``in``,
-    ``like``, ``not``), ``sort_by``/``order``, ``offset``/``limit`` (1-50)."""
-    jobs = [job_to_wire(r) for r in records]
-    for index, rule in enumerate(body.get("filters") or []):
-        if not isinstance(rule, dict) or not isinstance(rule.get("value"), list):
-            raise bad(f"filters.{index}", "must be {key, operator, value: [...]}")
-        key, operator, values = rule.get("key"), rule.get("operator", "in"), [str(v) for v in rule["value"]]
-        read = {
-            "phase": lambda j: j["status"]["phase"],
-            "name": lambda j: j["metadata"]["name"],
-            "kind": lambda j: j["kind"],
-        }.get(key)
-        if read is None:
-            raise bad(f"filters.{index}.key", f"'{key}' is not supported (phase, name, kind)")
-        if operator == "in":
-            jobs = [j for j in jobs if read(j) in values]
-        elif operator == "not":
-            jobs = [j for j in jobs if read(j) not in values]
-        elif operator == "like":
-            jobs = [j for j in jobs if any(v in read(j) for v in values)]
-        else:
-            raise bad(f"filters.{index}.operator", f"'{operator}' is not supported (in, like, not)")
-    sort_by = body.get("sort_by") or "create_time"
-    if sort_by not in ("create_time", "name"):
-        raise bad("sort_by", f"'{sort_by}' is not supported (create_time, name)")
-    jobs.sort(key=lambda j: j["metadata"][sort_by], reverse=(body.get("order") or "desc") == "desc")
-    offset, limit = body.get("offset", 0), body.get("limit", 10)
-    if not isinstance(offset, int) or offset < 0:
-        raise bad("offset", f"'{offset}' must be an integer >= 0")
-    if not isinstance(limit, int) or not 1 <= limit <= 50:
-        raise bad("limit", f"'{limit}' must be an integer between 1 and 50")
-    items = jobs[offset : offset + limit]
-    return {
-        "total": len(jobs),
-        "count": len(items),
-        "limit": limit,
-        "offset": offset,
-        "sort_by": sort_by,
-        "order": body.get("order") or "desc",
-        "group_by": "",
-        "workspace_id": body.get("workspace_id") or "0",
-        "ai_project": "default-ai-project",
-        "items": items,
-    }

@@ -1,11 +1,12 @@
-"""Together AI fine-tuning API (``/v1/fine-tunes/...``, bearer key, OpenAI-style error body)."""
+"""Together AI fine-tuning API (``/v1/fine-tunes/...``, bearer key, OpenAI-style error body), and the
+account's identity (``/v3/whoami``) the CLI asks for before every command."""
 
 from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
 from airflow_training_platform.platforms.base import AppContext, LocalPlatform, platform_app
-from airflow_training_platform.platforms.together.routes import PREFIX, build_router
+from airflow_training_platform.platforms.together.routes import PREFIX, WHOAMI_PATHS, build_router
 from airflow_training_platform.platforms.together.wire import PLATFORM as NAME
 from airflow_training_platform.platforms.together.wire import render_error
 
@@ -25,4 +26,15 @@ def build(context: AppContext):
     return platform_app("Together AI (local)", router, render_error, context.faults)
 
 
-PLATFORM = LocalPlatform(name=NAME, build=build, path_prefix=PREFIX, options=TogetherOptions)
+DOWNLOAD_PREFIX = "/v1/finetune/"
+"""Together's model download (``GET /v1/finetune/download``): not served, so answered 501 here in
+Together's error format rather than by the control app's 404."""
+
+
+def serves(scope: dict) -> bool:
+    """The fine-tuning paths, the model download and the whoami paths."""
+    path = scope.get("path", "")
+    return path.startswith((PREFIX, DOWNLOAD_PREFIX)) or path in WHOAMI_PATHS
+
+
+PLATFORM = LocalPlatform(name=NAME, build=build, match=serves, options=TogetherOptions)

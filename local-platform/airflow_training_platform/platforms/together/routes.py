@@ -12,6 +12,11 @@ Endpoints (all need ``Authorization: Bearer <key>`` or ``Authorization: <key>``)
   already ended is a **400** ``job_not_cancellable`` ("... cannot be cancelled: it is already
   completed"), not an unchanged 200: the caller can tell "nothing was cancelled" from "cancelled"
   (Together does not document this answer; the provider's dialect reads it as a state conflict).
+* ``DELETE /v1/fine-tunes/{id}[?force=]`` → ``{"message"}``: the job is gone (a later GET is a 404
+  ``not_found``); a job that has not ended is a **400** ``job_not_deletable`` (cancel it first: Together
+  does not document deleting a running job). ``force`` is deprecated and unused, as Together says.
+* ``GET /v3/whoami`` (the CLI asks it before every command) and ``GET /v1/whoami`` → the local
+  account's project API key (:mod:`.identity`)
 * ``GET /v1/fine-tunes/{id}/events`` → ``{"data": [events]}``, oldest first, lower-case types
 * ``GET /v1/fine-tunes/{id}/checkpoints`` → ``{"data": [checkpoints]}``, lowest step first
 * ``GET /v1/fine-tunes/{id}/metrics[?global_step_from&global_step_to&logged_at_from&logged_at_to&resolution]``
@@ -48,9 +53,11 @@ from airflow_training_platform.engine import (
     TrainingEngine,
 )
 from airflow_training_platform.errors import ApiError
-from airflow_training_platform.platforms.together import wire
+from airflow_training_platform.platforms.together import identity, wire
 
 PREFIX = "/v1/fine-tunes"
+WHOAMI_PATHS = ("/v3/whoami", "/v1/whoami")
+"""Where the account's identity is asked: the CLI calls ``/v3/whoami``, older clients ``/v1/whoami``."""
 USER_CANCEL_MESSAGE = "Cancel requested by user"
 
 
@@ -67,7 +74,8 @@ def build_router(
     balance_usd: the account balance in USD shared by all Together jobs (None = unlimited); when
         their cost reaches it the engine cancels the unfinished ones (``billing_limit``).
     """
-    router = APIRouter(prefix=PREFIX, dependencies=[Depends(bearer_auth(api_key))], tags=["together"])
+    auth = [Depends(bearer_auth(api_key))]
+    router = APIRouter(prefix=PREFIX, dependencies=auth, tags=["together"])
     if balance_usd is not None:
         engine.set_budget(
             wire.PLATFORM, balance_usd, wire.BILLING_CANCEL_MESSAGE, wire.billing_events(balance_usd)
@@ -142,6 +150,25 @@ def build_router(
             ) from None
         return wire.job_to_wire(rec, embed_events=False)
 
+    @router.delete("/{job_id}")
+    def delete_job(
+        job_id: Annotated[str, Path()],
+        force: Annotated[bool | None, Query(deprecated=True, description="deprecated and unused")] = None,
+    ) -> dict[str, Any]:
+        try:
+            engine.delete(job_id, platform=wire.PLATFORM)
+        except JobNotFound:
+            raise _not_found(job_id) from None
+        except StateConflict:
+            status = wire.status_of(record(job_id))
+            raise ApiError(
+                400,
+                "JOB_NOT_DELETABLE",
+                f"Fine-tune job {job_id} cannot be deleted while it is {status}: cancel it first",
+                {"field": "id"},
+            ) from None
+        return {"message": f"Fine-tune job {job_id} deleted"}
+
     @router.get("/{job_id}/events")
     def list_events(job_id: Annotated[str, Path()]) -> dict[str, Any]:
         return {"data": wire.events_to_wire(record(job_id))}
@@ -169,4 +196,8 @@ def build_router(
         )
         return {"metrics": rows}
 
-    return router
+    top = APIRouter(tags=["together"])
+    for path in WHOAMI_PATHS:
+        top.add_api_route(path, identity.whoami, methods=["GET"], dependencies=auth)
+    top.include_router(router)
+    return top
