@@ -399,17 +399,19 @@ class SageMakerDialect(Dialect):
 
     def list_request(self, tags: list[str], created_after: datetime | None = None) -> ApiRequest:
         """``Search`` (Resource ``TrainingJob``) by tag, oldest first: every job, whatever its age
-        (``created_after`` is not needed)."""
+        (``created_after`` is not needed). Without tags, no ``SearchExpression``: its ``Filters``
+        must hold at least one filter (Search API reference, ``SearchExpression``)."""
         filters = [
             {"Name": f"Tags.{k}", "Operator": "Equals", "Value": v} for k, v in tag_pairs(tags).items()
         ]
-        body = {
+        body: dict[str, Any] = {
             "Resource": "TrainingJob",
-            "SearchExpression": {"Filters": filters, "Operator": "And"},
             "SortBy": "CreationTime",
             "SortOrder": "Ascending",
             "MaxResults": 100,
         }
+        if filters:
+            body["SearchExpression"] = {"Filters": filters, "Operator": "And"}
         return self._op("Search", body)
 
     def tagged_job_request(self, job_id: str) -> ApiRequest:

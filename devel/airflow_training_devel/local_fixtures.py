@@ -29,6 +29,9 @@ class LocalFixture:
     :ivar extra: the connection's ``extra`` (region, workspace, project).
     :ivar url_in_extra: the platform's URL goes in ``extra[url_in_extra]`` rather than ``host``
         (the ``aws`` connection's ``endpoint_url``).
+    :ivar url_also_at: dotted paths in ``extra`` that get the URL too (the ``aws`` connection's
+        ``service_config.sts.endpoint_url``, so the Amazon provider's connection Test asks the
+        local platform's STS, not the real one).
     """
 
     conn_type: str
@@ -37,6 +40,7 @@ class LocalFixture:
     key_options: dict[str, str] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
     url_in_extra: str | None = None
+    url_also_at: tuple[str, ...] = ()
 
     def server_options(self, secret: str = LOCAL_SECRET) -> dict[str, str]:
         """The local platform's options that make it accept this connection."""
@@ -52,6 +56,12 @@ class LocalFixture:
             merged[self.url_in_extra] = url
         else:
             conn["host"] = url
+        for path in self.url_also_at:
+            *parents, leaf = path.split(".")
+            node = merged
+            for key in parents:
+                node[key] = node = dict(node.get(key) or {})  # a copy: the caller's dict stays as given
+            node.setdefault(leaf, url)
         if self.login:
             conn["login"] = self.login
         if merged:
@@ -78,6 +88,7 @@ LOCAL_FIXTURES: dict[str, LocalFixture] = {
             key_options={"sagemaker_access_key_id": "login", "sagemaker_secret_access_key": "secret"},
             extra={"region_name": "us-east-1"},
             url_in_extra="endpoint_url",
+            url_also_at=("service_config.sts.endpoint_url",),
         ),
         LocalFixture(
             "pai",

@@ -391,10 +391,14 @@ SAGEMAKER_USER_CODE = dataclasses.replace(
     user_code=True,
     events=False,
     shapes=frozenset({"kp_deferred", "kp_exec_timeout_deferred", "kp_exec_timeout_resume", "kp_program_log"}),
-    scenarios=frozenset({
-        "k1_mark_failed", "k5_execution_timeout_deferred", "k5b_timeout_retry_resumes",
-        "k20_events_across_triggerer_restart",
-    }),
+    scenarios=frozenset(
+        {
+            "k1_mark_failed",
+            "k5_execution_timeout_deferred",
+            "k5b_timeout_retry_resumes",
+            "k20_events_across_triggerer_restart",
+        }
+    ),
 )
 """SageMaker script mode running the user's own script (:mod:`.user_code`): K1 and K5, K5b (the
 retry resumes from the checkpoint the script wrote on SIGTERM) and K20 (``stream_logs``: the
