@@ -63,18 +63,26 @@ class TrainerProcesses:
         return env
 
     def spawn(self, job: JobRecord) -> subprocess.Popen | ForkedTrainer:
-        """Start ``job``'s trainer; stderr goes to ``<job_dir>/trainer.stderr.log``. Forked warm from
-        the fork server when there is one, else a new interpreter (``--job-dir``, ``--config-json``).
-        Call from the launcher thread. Raises ``OSError``."""
+        """Start ``job``'s trainer and return its process; stderr goes to
+        ``<job_dir>/trainer.stderr.log``. Forked warm from the fork server when there is one, else a
+        new interpreter (``--job-dir``, ``--config-json``). Call from the launcher thread *without*
+        the engine's lock: the fork server answers only once it has imported scikit-learn (seconds
+        on a cold server, more on a busy machine). Touches nothing of ``job`` but its directory:
+        :meth:`watch` records the process. Raises ``OSError``."""
         proc = self._fork(job) if self._fork_server_log else None
         if proc is None:
             proc = self._start(job)
+        return proc
+
+    def watch(self, job: JobRecord, proc: subprocess.Popen | ForkedTrainer) -> None:
+        """Record ``proc`` as ``job``'s trainer and start reading its reports (``on_line``, then
+        ``on_exit``). Quick: call it with the engine's lock held, so no report is applied before the
+        engine recorded the start."""
         job.proc, job.pid = proc, proc.pid
         self._readers = [t for t in self._readers if t.is_alive()]
         reader = threading.Thread(target=self._read, args=(job,), name=f"reader-{job.job_id}", daemon=True)
         self._readers.append(reader)
         reader.start()
-        return proc
 
     def warm_up(self) -> None:
         """Start the fork server now (from the launcher thread), so the first job finds it warm."""
