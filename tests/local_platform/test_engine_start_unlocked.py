@@ -1,7 +1,8 @@
-"""The engine starts a trainer without its lock: while a trainer's start takes seconds (here the
-engine's own ``spawn`` fault hook holds it for :data:`SLOW_START_SECONDS`, as a cold fork server
-importing scikit-learn does), submits, reads, lists and cancels answer at once, and a cancel that
-finds the job still ``starting`` without a process reaches the process once it exists. A real
+"""The engine starts a trainer without its lock, on its own spawner thread: while a trainer's start
+takes seconds (here the engine's own ``spawn`` fault hook holds it for :data:`SLOW_START_SECONDS`,
+as a cold fork server importing scikit-learn does), submits, reads, lists and cancels answer at
+once, the launcher goes on giving GPUs to the next jobs, and a cancel that finds the job still
+``starting`` without a process reaches the process once it exists. A real
 engine in this process with its real fork server and trainers; no HTTP (the latency under HTTP:
 ``test_request_latency.py``)."""
 
@@ -63,6 +64,12 @@ def test_requests_do_not_wait_for_a_trainer_start_and_a_cancel_meanwhile_reaches
     assert starting["state"] == "starting" and starting["pid"] is None, starting
     assert [j["job_id"] for j in listed] == [slow_id, other["job_id"]]
     assert cancelled["state"] == "stopping" and cancelled["pid"] is None
+    # the launcher is not held either: the next job takes the free GPU now and waits to be spawned
+    deadline = time.monotonic() + 1.0
+    while engine.get(other["job_id"])["state"] == "queued" and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert engine.get(other["job_id"])["state"] == "starting"
+    assert engine.get(slow_id)["pid"] is None, "the slow start is not over yet"
 
     assert engine.wait_for_terminal(slow_id, 30)
     record = engine.get(slow_id)
@@ -76,6 +83,6 @@ def test_requests_do_not_wait_for_a_trainer_start_and_a_cancel_meanwhile_reaches
         record["events"][signal]["created_at"] - record["cancel"]["requested_at"] >= SLOW_START_SECONDS - 0.5
     )
 
-    # the job queued behind it starts and trains as usual once the slow start is over
+    # the job behind it starts and trains as usual once the slow start is over
     assert engine.wait_for_terminal(other["job_id"], 60)
     assert engine.get(other["job_id"])["state"] == "succeeded"

@@ -36,6 +36,7 @@ from __future__ import annotations
 import collections
 import copy
 import os
+import queue
 import secrets
 import signal
 import sys
@@ -179,7 +180,8 @@ class CancelRequest:
 class TrainingEngine:
     """Runs training jobs as child processes on simulated GPU slots. Thread-safe (one lock).
 
-    Call :meth:`start` before submitting (starts the launcher thread) and :meth:`shutdown` at the end.
+    Call :meth:`start` before submitting (starts the launcher and spawner threads) and :meth:`shutdown`
+    at the end.
     Public methods return plain-dict snapshots (see :meth:`get`), never live objects.
     """
 
@@ -195,16 +197,22 @@ class TrainingEngine:
         self._runners: list[threading.Thread] = []
         self._shutting_down = False
         self._launcher: threading.Thread | None = None
+        self._spawner: threading.Thread | None = None
+        self._to_spawn: queue.SimpleQueue[JobRecord | None] = queue.SimpleQueue()  # None: stop
         os.makedirs(os.path.join(config.data_dir, "jobs"), exist_ok=True)
 
     # ----------------------------------------------------------------------------- lifecycle
     def start(self) -> None:
-        """Start the launcher thread (idempotent). Trainers are spawned from it, so it must live as long
-        as the engine: PR_SET_PDEATHSIG fires when the *thread* that forked a child exits."""
+        """Start the launcher thread (the GPU queue, timed transitions) and the spawner thread (trainer
+        processes; idempotent). Trainers and the fork server are started from the spawner, so it
+        must live as long as the engine: PR_SET_PDEATHSIG fires when the *thread* that forked a
+        child exits."""
         with self._lock:
             if self._launcher is not None:
                 return
+            self._spawner = threading.Thread(target=self._spawn_loop, name="engine-spawner", daemon=True)
             self._launcher = threading.Thread(target=self._launch_loop, name="engine-launcher", daemon=True)
+            self._spawner.start()
             self._launcher.start()
 
     def shutdown(self, timeout: float = 10.0) -> None:
@@ -228,14 +236,17 @@ class TrainingEngine:
                 if job.program_process is not None:
                     job.program_process.signal(signal.SIGKILL)  # the whole group
             runners = list(self._runners)
+            if first:
+                self._to_spawn.put(None)  # after the trainers handed over: they end unstarted
             self._wake.notify_all()
         self._processes.kill_all([j for j in jobs if j.spec.program is None], timeout)
         deadline = time.monotonic() + timeout
         for runner in runners:
             if runner is not threading.current_thread():
                 runner.join(max(0.1, deadline - time.monotonic()))
-        if self._launcher is not None and self._launcher is not threading.current_thread():
-            self._launcher.join(timeout)
+        for thread in (self._launcher, self._spawner):
+            if thread is not None and thread is not threading.current_thread():
+                thread.join(max(0.1, deadline - time.monotonic()))
 
     # ----------------------------------------------------------------------------- API
     def submit(self, spec: JobSpec) -> dict[str, Any]:
@@ -569,27 +580,27 @@ class TrainingEngine:
     def _launch_loop(self) -> None:
         """Start queued jobs when GPUs free up, and run the timed transitions (pending → queued,
         finalizing stages, budgets, run-time limits): everything time-driven happens on this thread.
-        A trainer is started without the lock (:meth:`_start_trainer`): no request waits for it."""
-        self._processes.warm_up()
-        while (job := self._next_trainer_job()) is not None:
-            self._start_trainer(job)
-
-    def _next_trainer_job(self) -> JobRecord | None:
-        """Wait until a built-in trainer job may start and return it (``starting``, its GPUs taken);
-        ``None`` once the engine shuts down. Meanwhile run the timed transitions and hand user
-        program jobs to their runner threads."""
+        It starts no process itself: a trainer job goes to the spawner thread, a user program job to
+        its runner thread, so neither a request nor a timed transition waits for a process."""
         with self._lock:
             while not self._shutting_down:
                 now = time.time()
                 self._advance_due(now)
                 self._enforce_limits(now)
                 while (job := self._queue.next_startable(self._jobs)) is not None:
+                    self._take_gpus(job)
                     if job.spec.program is None:
-                        self._take_gpus(job)
-                        return job
-                    self._start_program_runner(job)
+                        self._to_spawn.put(job)
+                    else:
+                        self._start_program_runner(job)
                 self._wake.wait(self._next_wakeup(now))
-        return None
+
+    def _spawn_loop(self) -> None:
+        """The spawner thread: warm the fork server up, then start each trainer the launcher hands
+        over, one at a time, without the lock (:meth:`_start_trainer`), until told to stop."""
+        self._processes.warm_up()
+        while (job := self._to_spawn.get()) is not None:
+            self._start_trainer(job)
 
     def _next_wakeup(self, now: float) -> float | None:
         """Seconds until the launcher must look again (None: only when notified)."""
@@ -670,15 +681,18 @@ class TrainingEngine:
             target=self._run_program, args=(job,), name=f"program-{job.job_id}", daemon=True
         )
         self._runners = [t for t in self._runners if t.is_alive()] + [runner]
-        self._take_gpus(job)
         job.add_event("job_start", f"Preparing the program on {job.spec.gpu_count} GPU(s)")
         runner.start()
 
     def _start_trainer(self, job: JobRecord) -> None:
-        """Start the trainer of ``job`` (``starting``; launcher thread) *without* the lock: a fork
+        """Start the trainer of ``job`` (``starting``; spawner thread) *without* the lock: a fork
         server round trip, seconds while the fork server still imports scikit-learn, a new
         interpreter's fork and exec otherwise. A cancel meanwhile finds no process to signal; the
         stop it asked for is delivered once the process is recorded (:meth:`_deliver_stop`)."""
+        with self._lock:
+            if self._shutting_down:
+                self._trainer_not_started(job, "the local platform is shutting down")
+                return
         try:
             if self.config.fault_hook:
                 self.config.fault_hook("spawn", job.job_id)

@@ -2,7 +2,7 @@
 warm from a fork server, :mod:`.forkserver`, where the OS allows), read its JSON report lines, signal
 it, and SIGKILL it when its stop grace runs out.
 
-Children never outlive the platform: they are started from the engine's one long-lived launcher
+Children never outlive the platform: they are started from the engine's one long-lived spawner
 thread with ``PR_SET_PDEATHSIG=SIGKILL`` (Linux; the signal fires when the *thread* that forked the
 child exits; a forked trainer's follows its fork server's), and :meth:`TrainerProcesses.kill_all`
 kills them all.
@@ -54,6 +54,7 @@ class TrainerProcesses:
         self._readers: list[threading.Thread] = []
         self._fork_server_log = fork_server_log if FORKING else None
         self._fork_server: ForkServer | None = None
+        self._closed = False  # kill_all ran: start nothing more (no fork server outlives it)
 
     @staticmethod
     def _env() -> dict[str, str]:
@@ -65,12 +66,14 @@ class TrainerProcesses:
     def spawn(self, job: JobRecord) -> subprocess.Popen | ForkedTrainer:
         """Start ``job``'s trainer and return its process; stderr goes to
         ``<job_dir>/trainer.stderr.log``. Forked warm from the fork server when there is one, else a
-        new interpreter (``--job-dir``, ``--config-json``). Call from the launcher thread *without*
+        new interpreter (``--job-dir``, ``--config-json``). Call from the spawner thread *without*
         the engine's lock: the fork server answers only once it has imported scikit-learn (seconds
         on a cold server, more on a busy machine). Touches nothing of ``job`` but its directory:
         :meth:`watch` records the process. Raises ``OSError``."""
         proc = self._fork(job) if self._fork_server_log else None
         if proc is None:
+            if self._closed:  # kill_all ran (the fork server may be why there was no fork)
+                raise OSError("the local platform is shutting down")
             proc = self._start(job)
         return proc
 
@@ -85,8 +88,8 @@ class TrainerProcesses:
         reader.start()
 
     def warm_up(self) -> None:
-        """Start the fork server now (from the launcher thread), so the first job finds it warm."""
-        if self._fork_server_log and self._fork_server is None:
+        """Start the fork server now (from the spawner thread), so the first job finds it warm."""
+        if self._fork_server_log and self._fork_server is None and not self._closed:
             try:
                 self._fork_server = ForkServer(self.python, self._env(), self._fork_server_log)
             except OSError:
@@ -94,6 +97,8 @@ class TrainerProcesses:
 
     def _fork(self, job: JobRecord) -> ForkedTrainer | None:
         if self._fork_server is None or self._fork_server.proc.poll() is not None:
+            if self._closed:  # kill_all stopped it: no new one
+                raise OSError("the local platform is shutting down")
             try:
                 self._fork_server = ForkServer(self.python, self._env(), self._fork_server_log)
             except OSError:
@@ -162,6 +167,7 @@ class TrainerProcesses:
         """SIGKILL every trainer still running among ``jobs`` and wait for them and their readers."""
         import time
 
+        self._closed = True
         procs = [j.proc for j in jobs if j.proc is not None and j.returncode is None]
         for proc in procs:
             try:
