@@ -11,15 +11,22 @@ checkpoints), ``running`` once its process started, and ends by its exit status:
 anything else → ``failed`` (the reason from its failure file or its last output lines).
 
 Lifecycle (neutral states, :data:`~.records.JOB_STATES`): [``pending`` (for ``JobSpec.pending_seconds``)
-→] ``queued`` (waiting for enough free simulated GPUs) → ``starting`` (process started) → ``running``
-(first step/epoch line) → [``finalizing`` (post-processing stages of ``JobSpec.finalize_stages``, no
-GPU held) →] ``succeeded`` | ``failed``; a cancel moves a live job to ``stopping`` until its process
-exits, then ``cancelled`` (a pending, queued or finalizing job is cancelled at once).
+→] ``queued`` (waiting for enough free simulated GPUs) → ``starting`` (GPUs taken; process being
+started, then loading) → ``running`` (first step/epoch line) → [``finalizing`` (post-processing
+stages of ``JobSpec.finalize_stages``, no GPU held) →] ``succeeded`` | ``failed``; a cancel moves a
+live job to ``stopping`` until its process exits, then ``cancelled`` (a pending, queued or
+finalizing job is cancelled at once).
 
 Cancels come from a client (:meth:`TrainingEngine.cancel`) or from the platform itself
 (:meth:`TrainingEngine.platform_cancel`: a failed start-up integration, ``JobSpec.cancel_on_start``, a
 spending budget running out, :meth:`TrainingEngine.set_budget`, or ``JobSpec.max_runtime_seconds``);
 both are recorded in ``cancel_requests`` and ``cancel`` with ``initiator`` ``"user"`` or ``"platform"``.
+
+One lock guards every record, and it is held only for work on records in memory: processes are
+started, and files read, without it (a fork server round trip takes seconds while it still imports
+scikit-learn), so no request waits for a trainer or a program to start or stop. A job whose
+process is still being started is ``starting`` without one; a cancel then is delivered to the
+process as soon as it exists.
 
 Times are ``time.time()`` floats (unix seconds, UTC); money is USD; durations are seconds.
 """
@@ -29,6 +36,7 @@ from __future__ import annotations
 import collections
 import copy
 import os
+import queue
 import secrets
 import signal
 import sys
@@ -172,7 +180,8 @@ class CancelRequest:
 class TrainingEngine:
     """Runs training jobs as child processes on simulated GPU slots. Thread-safe (one lock).
 
-    Call :meth:`start` before submitting (starts the launcher thread) and :meth:`shutdown` at the end.
+    Call :meth:`start` before submitting (starts the launcher and spawner threads) and :meth:`shutdown`
+    at the end.
     Public methods return plain-dict snapshots (see :meth:`get`), never live objects.
     """
 
@@ -188,16 +197,22 @@ class TrainingEngine:
         self._runners: list[threading.Thread] = []
         self._shutting_down = False
         self._launcher: threading.Thread | None = None
+        self._spawner: threading.Thread | None = None
+        self._to_spawn: queue.SimpleQueue[JobRecord | None] = queue.SimpleQueue()  # None: stop
         os.makedirs(os.path.join(config.data_dir, "jobs"), exist_ok=True)
 
     # ----------------------------------------------------------------------------- lifecycle
     def start(self) -> None:
-        """Start the launcher thread (idempotent). Trainers are spawned from it, so it must live as long
-        as the engine: PR_SET_PDEATHSIG fires when the *thread* that forked a child exits."""
+        """Start the launcher thread (the GPU queue, timed transitions) and the spawner thread (trainer
+        processes; idempotent). Trainers and the fork server are started from the spawner, so it
+        must live as long as the engine: PR_SET_PDEATHSIG fires when the *thread* that forked a
+        child exits."""
         with self._lock:
             if self._launcher is not None:
                 return
+            self._spawner = threading.Thread(target=self._spawn_loop, name="engine-spawner", daemon=True)
             self._launcher = threading.Thread(target=self._launch_loop, name="engine-launcher", daemon=True)
+            self._spawner.start()
             self._launcher.start()
 
     def shutdown(self, timeout: float = 10.0) -> None:
@@ -221,14 +236,17 @@ class TrainingEngine:
                 if job.program_process is not None:
                     job.program_process.signal(signal.SIGKILL)  # the whole group
             runners = list(self._runners)
+            if first:
+                self._to_spawn.put(None)  # after the trainers handed over: they end unstarted
             self._wake.notify_all()
         self._processes.kill_all([j for j in jobs if j.spec.program is None], timeout)
         deadline = time.monotonic() + timeout
         for runner in runners:
             if runner is not threading.current_thread():
                 runner.join(max(0.1, deadline - time.monotonic()))
-        if self._launcher is not None and self._launcher is not threading.current_thread():
-            self._launcher.join(timeout)
+        for thread in (self._launcher, self._spawner):
+            if thread is not None and thread is not threading.current_thread():
+                thread.join(max(0.1, deadline - time.monotonic()))
 
     # ----------------------------------------------------------------------------- API
     def submit(self, spec: JobSpec) -> dict[str, Any]:
@@ -527,10 +545,7 @@ class TrainingEngine:
             self._signal(job, signal.SIGKILL)
         else:
             self._signal(job, signal.SIGTERM if cancel.create_final_checkpoint else signal.SIGINT)
-            grace = job.spec.stop_grace_seconds
-            self._processes.arm_grace(
-                job, self.config.grace_seconds if grace is None else grace, self._grace_expired
-            )
+            self._arm_grace(job)
         return self._snapshot(job)
 
     def _signal(self, job: JobRecord, sig: signal.Signals) -> None:
@@ -550,25 +565,57 @@ class TrainingEngine:
     def _grace_expired(self, job_id: str) -> None:
         with self._lock:
             job = self._jobs[job_id]
-            if job.returncode is None and job.proc is not None:
+            if job.returncode is None and job.proc is not None:  # no process yet: see _deliver_stop
                 job.add_event("warning", "Grace period expired; killing trainer", level="warning")
                 if job.program_process is not None:
                     job.program_process.killed_after_grace = True
                 self._signal(job, signal.SIGKILL)
 
+    def _arm_grace(self, job: JobRecord) -> None:
+        grace = job.spec.stop_grace_seconds
+        self._processes.arm_grace(
+            job, self.config.grace_seconds if grace is None else grace, self._grace_expired
+        )
+
+    def _deliver_stop(self, job: JobRecord) -> None:
+        """Signal a process that came up after its job was cancelled (lock held, job ``stopping``):
+        the cancel found no process to signal. Its stop as the cancel asked: SIGKILL (``force``),
+        else SIGTERM (a final checkpoint) or SIGINT, and its whole stop grace from now on, also when
+        the grace armed by the cancel ran out while the process was being started."""
+        cancel = job.cancel or {}
+        if cancel.get("force"):
+            self._signal(job, signal.SIGKILL)
+            return
+        self._signal(job, signal.SIGTERM if cancel.get("create_final_checkpoint") else signal.SIGINT)
+        if job.kill_timer is not None and job.kill_timer.finished.is_set():
+            job.kill_timer = None
+            self._arm_grace(job)
+
     # ----------------------------------------------------------------------------- the launcher
     def _launch_loop(self) -> None:
-        """Spawn queued jobs when GPUs free up, and run the timed transitions (pending → queued,
-        finalizing stages, budgets, run-time limits): everything time-driven happens on this thread."""
-        self._processes.warm_up()
+        """Start queued jobs when GPUs free up, and run the timed transitions (pending → queued,
+        finalizing stages, budgets, run-time limits): everything time-driven happens on this thread.
+        It starts no process itself: a trainer job goes to the spawner thread, a user program job to
+        its runner thread, so neither a request nor a timed transition waits for a process."""
         with self._lock:
             while not self._shutting_down:
                 now = time.time()
                 self._advance_due(now)
                 self._enforce_limits(now)
                 while (job := self._queue.next_startable(self._jobs)) is not None:
-                    self._spawn(job)
+                    self._take_gpus(job)
+                    if job.spec.program is None:
+                        self._to_spawn.put(job)
+                    else:
+                        self._start_program_runner(job)
                 self._wake.wait(self._next_wakeup(now))
+
+    def _spawn_loop(self) -> None:
+        """The spawner thread: warm the fork server up, then start each trainer the launcher hands
+        over, one at a time, without the lock (:meth:`_start_trainer`), until told to stop."""
+        self._processes.warm_up()
+        while (job := self._to_spawn.get()) is not None:
+            self._start_trainer(job)
 
     def _next_wakeup(self, now: float) -> float | None:
         """Seconds until the launcher must look again (None: only when notified)."""
@@ -637,32 +684,60 @@ class TrainingEngine:
         job.add_event(stage["event_type"], stage.get("message", ""))
         job.advance_at = now + float(stage.get("seconds", 0.0))
 
-    def _spawn(self, job: JobRecord) -> None:
-        """Start the trainer for ``job`` (lock held, launcher thread); a user program gets its runner
-        thread (:meth:`_run_program`)."""
-        if job.spec.program is not None:
-            runner = threading.Thread(
-                target=self._run_program, args=(job,), name=f"program-{job.job_id}", daemon=True
-            )
-            self._runners = [t for t in self._runners if t.is_alive()] + [runner]
-            job.started_at = time.time()
-            self._queue.take(job.spec.gpu_count)
-            job.set_state("starting", job.started_at)
-            job.add_event("job_start", f"Preparing the program on {job.spec.gpu_count} GPU(s)")
-            runner.start()
-            return
+    def _take_gpus(self, job: JobRecord) -> None:
+        """The job leaves the queue for its GPUs (lock held): ``starting`` from now, billed from now."""
+        job.started_at = time.time()
+        self._queue.take(job.spec.gpu_count)
+        job.set_state("starting", job.started_at)
+
+    def _start_program_runner(self, job: JobRecord) -> None:
+        """Give a user program job its runner thread (:meth:`_run_program`; lock held)."""
+        runner = threading.Thread(
+            target=self._run_program, args=(job,), name=f"program-{job.job_id}", daemon=True
+        )
+        self._runners = [t for t in self._runners if t.is_alive()] + [runner]
+        job.add_event("job_start", f"Preparing the program on {job.spec.gpu_count} GPU(s)")
+        runner.start()
+
+    def _start_trainer(self, job: JobRecord) -> None:
+        """Start the trainer of ``job`` (``starting``; spawner thread) *without* the lock: a fork
+        server round trip, seconds while the fork server still imports scikit-learn, a new
+        interpreter's fork and exec otherwise. A cancel meanwhile finds no process to signal; the
+        stop it asked for is delivered once the process is recorded (:meth:`_deliver_stop`)."""
+        with self._lock:
+            if self._shutting_down:
+                self._trainer_not_started(job, "the local platform is shutting down")
+                return
         try:
             if self.config.fault_hook:
                 self.config.fault_hook("spawn", job.job_id)
             proc = self._processes.spawn(job)
         except Exception as exc:
-            job.finish("failed", error=f"could not start trainer: {exc}")
-            job.add_event("job_error", job.error or "", level="error")
+            with self._lock:
+                self._trainer_not_started(job, str(exc))
             return
-        job.started_at = time.time()
-        self._queue.take(job.spec.gpu_count)
-        job.set_state("starting", job.started_at)
-        job.add_event("job_start", f"Trainer process {proc.pid} started on {job.spec.gpu_count} GPU(s)")
+        with self._lock:
+            self._processes.watch(job, proc)
+            job.add_event("job_start", f"Trainer process {proc.pid} started on {job.spec.gpu_count} GPU(s)")
+            if self._shutting_down:  # shutdown() found no process to kill
+                self._processes.signal(job, signal.SIGKILL)
+            elif job.state == "stopping":
+                self._deliver_stop(job)
+
+    def _trainer_not_started(self, job: JobRecord, reason: str) -> None:
+        """The trainer of a ``starting`` (or, cancelled meanwhile, ``stopping``) job could not be
+        started (lock held): give its GPUs back and end it."""
+        self._queue.release(job.spec.gpu_count)
+        if job.kill_timer is not None:
+            job.kill_timer.cancel()
+        if job.state == "stopping":
+            job.finish("cancelled")
+            job.add_event("job_stopped", "Job stopped due to cancel request (its trainer never started)")
+        else:
+            error = "local platform shut down before start" if self._shutting_down else None
+            job.finish("failed", error=error or f"could not start trainer: {reason}")
+            job.add_event("job_error", job.error or "", level="error")
+        self._wake.notify_all()
 
     # ----------------------------------------------------------------------------- user programs
     def _run_program(self, job: JobRecord) -> None:
@@ -680,16 +755,23 @@ class TrainingEngine:
             if job.state != "starting" or self._shutting_down:  # stopped while it was being prepared
                 self._program_ended(job, None)
                 return
-            try:
-                process = ProgramProcess(program, job.job_dir)
-            except OSError as exc:
+        try:  # no lock: a fork and exec, and a listing of the checkpoint directory
+            process = ProgramProcess(program, job.job_dir)
+        except OSError as exc:
+            with self._lock:
                 self._program_ended(job, None, f"could not start the program: {exc}")
-                return
+            return
+        with self._lock:
             job.program, job.program_process = program.describe(), process
             job.proc, job.pid = process.proc, process.pid
-            job.running_at = time.time()
-            job.set_state("running", job.running_at)
+            if job.state == "starting":
+                job.running_at = time.time()
+                job.set_state("running", job.running_at)
             job.add_event("training_start", f"Program started: process group {process.pid}")
+            if self._shutting_down:  # shutdown() found no process to kill
+                process.signal(signal.SIGKILL)
+            elif job.state == "stopping":  # stopped while its process was being started
+                self._deliver_stop(job)
         returncode = process.supervise(
             lambda at, line, values: self._on_program_line(job, at, line, values),
             lambda changed: self._on_program_checkpoints(job, process, changed),
@@ -700,8 +782,9 @@ class TrainingEngine:
                 program.on_exit(ProgramExit(returncode, stopped=process.stop_signal_at is not None))
             except Exception as exc:
                 error = f"could not collect the program's output: {exc}"
+        failure = process.failure_reason(returncode) if returncode != 0 else None  # reads a file: no lock
         with self._lock:
-            self._program_ended(job, returncode, error)
+            self._program_ended(job, returncode, error, failure)
 
     def _on_program_line(self, job: JobRecord, at: float, line: str, values: dict[str, float]) -> None:
         with self._lock:
@@ -718,14 +801,16 @@ class TrainingEngine:
         directory = process.checkpoints.directory
         assert directory is not None
         paths = [os.path.join(directory, rel) for rel in changed]
+        found = []  # (relative path, path, size, final): stat'ed before taking the lock
+        for rel_path, path in zip(changed, paths, strict=True):
+            try:
+                size = os.path.getsize(path)
+            except OSError:  # removed since the listing
+                continue
+            found.append((rel_path, path, size, process.checkpoints.is_final(rel_path)))
         with self._lock:
             now = time.time()
-            for rel_path, path in zip(changed, paths, strict=True):
-                try:
-                    size = os.path.getsize(path)
-                except OSError:  # removed since the listing
-                    continue
-                final = process.checkpoints.is_final(rel_path)
+            for rel_path, path, size, final in found:
                 add_checkpoint(
                     job,
                     {
@@ -748,9 +833,12 @@ class TrainingEngine:
                 with self._lock:
                     job.add_event("warning", f"could not sync checkpoints: {exc}", level="warning")
 
-    def _program_ended(self, job: JobRecord, returncode: int | None, error: str | None = None) -> None:
+    def _program_ended(
+        self, job: JobRecord, returncode: int | None, error: str | None = None, failure: str | None = None
+    ) -> None:
         """Record how a user program job ended (lock held): ``returncode`` ``None`` = it never
-        started (``error`` says why, else it was stopped or the server shut down first)."""
+        started (``error`` says why, else it was stopped or the server shut down first);
+        ``failure``: :meth:`.ProgramProcess.failure_reason` of a non-zero exit."""
         job.returncode = returncode
         job.exited_at = time.time()
         self._queue.release(job.spec.gpu_count)
@@ -788,7 +876,8 @@ class TrainingEngine:
                 job.add_event("job_complete", "Job completed")
         else:
             assert process is not None
-            job.finish("failed", error=process.failure_reason(returncode), at=job.exited_at)
+            reason = failure or process.failure_reason(returncode)
+            job.finish("failed", error=reason, at=job.exited_at)
             job.add_event("job_error", job.error or "", level="error")
         self._wake.notify_all()
 
@@ -826,6 +915,7 @@ class TrainingEngine:
             self._platform_cancel_locked(job, plan["reason"], plan.get("events", ()), plan.get("message"))
 
     def _on_exit(self, job: JobRecord, returncode: int) -> None:
+        reason = self._exit_reason(job, returncode)  # reads the stderr file: before taking the lock
         with self._lock:
             job.returncode = returncode
             job.exited_at = time.time()
@@ -858,9 +948,7 @@ class TrainingEngine:
                 job.finish("cancelled", at=job.exited_at)
                 job.add_event("job_stopped", job.cancel["reason"] or "Job stopped")
             else:
-                job.finish(
-                    "failed", error=job.trainer_error or self._exit_reason(job, returncode), at=job.exited_at
-                )
+                job.finish("failed", error=job.trainer_error or reason, at=job.exited_at)
                 job.add_event("job_error", job.error or "", level="error")
             self._wake.notify_all()
 

@@ -12,7 +12,7 @@ Protocol over a ``SOCK_SEQPACKET`` Unix socket pair, one JSON message each way p
 
 The server is single-threaded (a fork from a threaded process is unsafe): it waits on the control
 socket and on a self-pipe its ``SIGCHLD`` handler writes to. Each trainer starts its own session and
-dies with the server (``PR_SET_PDEATHSIG``); the server dies with the engine's launcher thread.
+dies with the server (``PR_SET_PDEATHSIG``); the server dies with the engine's spawner thread.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 warm from a fork server, :mod:`.forkserver`, where the OS allows), read its JSON report lines, signal
 it, and SIGKILL it when its stop grace runs out.
 
-Children never outlive the platform: they are started from the engine's one long-lived launcher
+Children never outlive the platform: they are started from the engine's one long-lived spawner
 thread with ``PR_SET_PDEATHSIG=SIGKILL`` (Linux; the signal fires when the *thread* that forked the
 child exits; a forked trainer's follows its fork server's), and :meth:`TrainerProcesses.kill_all`
 kills them all.
@@ -54,6 +54,7 @@ class TrainerProcesses:
         self._readers: list[threading.Thread] = []
         self._fork_server_log = fork_server_log if FORKING else None
         self._fork_server: ForkServer | None = None
+        self._closed = False  # kill_all ran: start nothing more (no fork server outlives it)
 
     @staticmethod
     def _env() -> dict[str, str]:
@@ -63,22 +64,32 @@ class TrainerProcesses:
         return env
 
     def spawn(self, job: JobRecord) -> subprocess.Popen | ForkedTrainer:
-        """Start ``job``'s trainer; stderr goes to ``<job_dir>/trainer.stderr.log``. Forked warm from
-        the fork server when there is one, else a new interpreter (``--job-dir``, ``--config-json``).
-        Call from the launcher thread. Raises ``OSError``."""
+        """Start ``job``'s trainer and return its process; stderr goes to
+        ``<job_dir>/trainer.stderr.log``. Forked warm from the fork server when there is one, else a
+        new interpreter (``--job-dir``, ``--config-json``). Call from the spawner thread *without*
+        the engine's lock: the fork server answers only once it has imported scikit-learn (seconds
+        on a cold server, more on a busy machine). Touches nothing of ``job`` but its directory:
+        :meth:`watch` records the process. Raises ``OSError``."""
         proc = self._fork(job) if self._fork_server_log else None
         if proc is None:
+            if self._closed:  # kill_all ran (the fork server may be why there was no fork)
+                raise OSError("the local platform is shutting down")
             proc = self._start(job)
+        return proc
+
+    def watch(self, job: JobRecord, proc: subprocess.Popen | ForkedTrainer) -> None:
+        """Record ``proc`` as ``job``'s trainer and start reading its reports (``on_line``, then
+        ``on_exit``). Quick: call it with the engine's lock held, so no report is applied before the
+        engine recorded the start."""
         job.proc, job.pid = proc, proc.pid
         self._readers = [t for t in self._readers if t.is_alive()]
         reader = threading.Thread(target=self._read, args=(job,), name=f"reader-{job.job_id}", daemon=True)
         self._readers.append(reader)
         reader.start()
-        return proc
 
     def warm_up(self) -> None:
-        """Start the fork server now (from the launcher thread), so the first job finds it warm."""
-        if self._fork_server_log and self._fork_server is None:
+        """Start the fork server now (from the spawner thread), so the first job finds it warm."""
+        if self._fork_server_log and self._fork_server is None and not self._closed:
             try:
                 self._fork_server = ForkServer(self.python, self._env(), self._fork_server_log)
             except OSError:
@@ -86,6 +97,8 @@ class TrainerProcesses:
 
     def _fork(self, job: JobRecord) -> ForkedTrainer | None:
         if self._fork_server is None or self._fork_server.proc.poll() is not None:
+            if self._closed:  # kill_all stopped it: no new one
+                raise OSError("the local platform is shutting down")
             try:
                 self._fork_server = ForkServer(self.python, self._env(), self._fork_server_log)
             except OSError:
@@ -154,6 +167,7 @@ class TrainerProcesses:
         """SIGKILL every trainer still running among ``jobs`` and wait for them and their readers."""
         import time
 
+        self._closed = True
         procs = [j.proc for j in jobs if j.proc is not None and j.returncode is None]
         for proc in procs:
             try:

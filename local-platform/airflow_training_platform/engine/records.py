@@ -42,8 +42,8 @@ JOB_STATES = (
 """Every job state, in lifecycle order (the provider's own lifecycle, plus ``finalizing``).
 ``pending`` (accepted, not yet in the GPU queue) and ``finalizing`` (trainer finished,
 post-processing stages running) only occur for specs that ask for them
-(:attr:`JobSpec.pending_seconds`, :attr:`JobSpec.finalize_stages`). ``starting``: the trainer
-process is loading its data and model; ``stopping``: a cancel signalled it and it has not exited."""
+(:attr:`JobSpec.pending_seconds`, :attr:`JobSpec.finalize_stages`). ``starting``: the job holds its
+GPUs and its process is being started or is loading its data and model; ``stopping``: a cancel signalled it and it has not exited."""
 
 TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
 """States a job never leaves."""
