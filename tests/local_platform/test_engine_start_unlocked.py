@@ -15,6 +15,9 @@ import pytest
 
 from airflow_training_platform.engine import EngineConfig, JobSpec, TrainingEngine
 
+# latency bounds: measured with the machine to itself, after the parallel stage
+pytestmark = pytest.mark.exclusive
+
 SLOW_START_SECONDS = 2.0
 PROMPT_SECONDS = 0.5  # an answer that waited for the start would take SLOW_START_SECONDS
 
