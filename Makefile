@@ -61,7 +61,7 @@ browser:
 # `make fast`), then the tiers that start servers.
 test: $(STAMP) typecheck postgres redis browser sagemaker-sdk pai-sdk
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n 3 -m parallel tests/unit tests/inprocess tests/local_platform tests/integration
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n 3 --dist loadgroup -m parallel tests/unit tests/inprocess tests/local_platform tests/integration
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15 -m "not parallel" --ignore=tests/unit --ignore=tests/inprocess
 
 # The local platform and Airflow with the example DAGs, for a look at the UI; Ctrl-C stops it all.

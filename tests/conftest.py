@@ -26,15 +26,22 @@ PARALLEL_TIERS = ("unit", "inprocess", "local_platform", "integration")
 """Test folders whose tests `make test` runs on three pytest workers (its first stage)."""
 
 
+SERVER_TIERS = ("local_platform", "integration")
+"""Test folders whose modules start their own servers and jobs: one worker runs a whole module."""
+
+
 def pytest_collection_modifyitems(config, items):
     """Mark ``parallel`` the tests of :data:`PARALLEL_TIERS` that are not ``exclusive`` (timing
     checks that need the machine to themselves): `make test` runs those on three workers, then
-    the rest (``-m "not parallel"``) one at a time."""
+    the rest (``-m "not parallel"``) one at a time. A module of :data:`SERVER_TIERS` is one
+    ``xdist_group`` (with ``--dist loadgroup``, one worker starts its servers and jobs once)."""
     tests_dir = os.path.dirname(__file__)
     for item in items:
         tier = os.path.relpath(str(item.path), tests_dir).split(os.sep)[0]
         if tier in PARALLEL_TIERS and item.get_closest_marker("exclusive") is None:
             item.add_marker(pytest.mark.parallel)
+        if tier in SERVER_TIERS:
+            item.add_marker(pytest.mark.xdist_group(item.path.stem))
 
 
 API_KEY = LOCAL_SECRET

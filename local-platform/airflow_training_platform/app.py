@@ -17,6 +17,8 @@ format and error rendering, and a control app with local-only endpoints (no auth
   for tests of job lists bounded in time; answers the record
 * ``GET /_local/settings`` → the effective settings (api key redacted)
 * ``POST|GET|DELETE /_local/faults`` → HTTP fault injection rules (see :mod:`.faults`)
+* any other path no platform serves → 501 ``NOT_IMPLEMENTED`` (an API it does not emulate: refused,
+  never a "not found" a client could read as a missing job)
 
 The engine starts in the control app's lifespan and is shut down (every trainer child killed) when
 it ends. ``app.state`` (on the control app, and the returned app's ``state``) holds ``engine``,
@@ -28,13 +30,14 @@ from __future__ import annotations
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
-from fastapi import FastAPI, Query
+from fastapi import FastAPI, Query, Request
 
 from airflow_training_platform.dispatch import PlatformDispatcher
 from airflow_training_platform.engine import JobNotFound, StateConflict, TrainingEngine
 from airflow_training_platform.errors import ApiError, install_error_handlers
 from airflow_training_platform.faults import FaultInjector, FaultRule
 from airflow_training_platform.platforms import LOCAL_PLATFORMS, AppContext
+from airflow_training_platform.platforms.base import NOT_IMPLEMENTED_METHODS
 from airflow_training_platform.settings import CommonSettings
 
 
@@ -122,5 +125,15 @@ def _control_app(engine: TrainingEngine, settings: CommonSettings, faults: Fault
     def clear_faults(path_prefix: str | None = None, id: str | None = None) -> dict[str, Any]:
         faults.clear(path_prefix, id)
         return {"faults": faults.list()}
+
+    @app.api_route("/{path:path}", methods=NOT_IMPLEMENTED_METHODS, include_in_schema=False)
+    def not_served(request: Request, path: str) -> None:
+        # an API the local platform does not emulate (IAM, ECR, …): refused, not "not found"
+        raise ApiError(
+            501,
+            "NOT_IMPLEMENTED",
+            f"{request.method} {request.url.path} is served by no platform the local training "
+            "platform emulates; see docs/local-platform.md for what it serves",
+        )
 
     return app

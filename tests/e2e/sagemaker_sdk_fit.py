@@ -64,7 +64,10 @@ print("=== STOP", flush=True)
 stopped = estimator(200)
 stopped.fit({"train": train_uri}, wait=False)
 job = stopped.latest_training_job
-while job.describe()["SecondaryStatus"] != "Training":
+deadline = time.monotonic() + 120
+while (status := job.describe())["SecondaryStatus"] != "Training":
+    if status["TrainingJobStatus"] != "InProgress" or time.monotonic() > deadline:
+        sys.exit(f"the job never trained: {status['TrainingJobStatus']} / {status['SecondaryStatus']}")
     time.sleep(0.2)
 job.stop()
 job.wait(logs="None")  # the SDK warns on Stopped and returns

@@ -1,7 +1,8 @@
 """The README's local connections, exactly as written (only the port changed to the test server's),
 pass the provider's connection Test (``TrainingPlatformHook.test_connection``, the UI's Test button)
-against a local platform started with the README's ``serve`` flags; the same connection with
-another secret fails it, naming authentication. (The ``aws`` one goes through the Amazon provider's
+against a local platform started with the README's ``serve`` flags; for PAI and ModelArts the
+same connection with another secret fails it, naming authentication (the README starts the local
+TensorOne without ``--api-key``: it takes any key). (The ``aws`` one goes through the Amazon provider's
 own Test: ``tests/e2e/test_amazon_sagemaker.py``.)"""
 
 from __future__ import annotations

@@ -49,6 +49,7 @@ class Budgets:
     def __init__(self, usd_per_gpu_hour: float) -> None:
         self.usd_per_gpu_hour = usd_per_gpu_hour
         self._budgets: dict[str, Budget] = {}
+        self._deleted_usd: dict[str, float] = {}  # per platform: what deleted jobs spent still counts
 
     def set(
         self, platform: str, limit_usd: float, reason: str, events: Iterable[dict[str, Any]] = ()
@@ -64,17 +65,25 @@ class Budgets:
         """Platforms whose budget still has money: their running jobs must be checked."""
         return {p for p, b in self._budgets.items() if b.exhausted_at is None}
 
+    def forget(self, job: JobRecord, now: float) -> None:
+        """``job`` (ended) is deleted: what it spent keeps counting against its platform's budget."""
+        cost = job_cost(job, self.usd_per_gpu_hour, 0.0, now)["current_usd"]
+        self._deleted_usd[job.spec.platform] = self._deleted_usd.get(job.spec.platform, 0.0) + cost
+
+    def spent_usd(self, platform: str, jobs: Iterable[JobRecord], now: float) -> float:
+        """USD ``platform``'s jobs (``jobs``, and those deleted) spent by ``now``."""
+        return self._deleted_usd.get(platform, 0.0) + sum(
+            job_cost(j, self.usd_per_gpu_hour, 0.0, now)["current_usd"]
+            for j in jobs
+            if j.spec.platform == platform
+        )
+
     def left_usd(self, platform: str, jobs: Iterable[JobRecord], now: float) -> float | None:
         """USD left in ``platform``'s budget by ``now`` (never below 0), or ``None``: no budget."""
         budget = self._budgets.get(platform)
         if budget is None:
             return None
-        spent = sum(
-            job_cost(j, self.usd_per_gpu_hour, 0.0, now)["current_usd"]
-            for j in jobs
-            if j.spec.platform == platform
-        )
-        return max(0.0, budget.limit_usd - spent)
+        return max(0.0, budget.limit_usd - self.spent_usd(platform, jobs, now))
 
     def run_out(self, jobs: Iterable[JobRecord], now: float) -> list[Budget]:
         """Budgets that ran out by ``now`` (marked exhausted here)."""
@@ -83,12 +92,7 @@ class Budgets:
         for budget in self._budgets.values():
             if budget.exhausted_at is not None:
                 continue
-            spent = sum(
-                job_cost(j, self.usd_per_gpu_hour, 0.0, now)["current_usd"]
-                for j in jobs
-                if j.spec.platform == budget.platform
-            )
-            if spent >= budget.limit_usd:
+            if self.spent_usd(budget.platform, jobs, now) >= budget.limit_usd:
                 budget.exhausted_at = now
                 out.append(budget)
         return out

@@ -423,7 +423,8 @@ class TrainingEngine:
     def delete(self, job_id: str, platform: str | None = None) -> dict[str, Any]:
         """Forget an ended job (a platform's delete): afterwards :meth:`get` raises JobNotFound and
         :meth:`list` omits it; its checkpoint and output files stay where they were written (the
-        platforms' storage, not the job). Returns its last snapshot.
+        platforms' storage, not the job), and what it spent still counts against its platform's
+        budget. Returns its last snapshot.
 
         :raises JobNotFound: no such job (of ``platform``, when given).
         :raises StateConflict: the job has not ended (a platform stops it first, or refuses).
@@ -433,6 +434,7 @@ class TrainingEngine:
             if job.state not in TERMINAL_STATES:
                 raise StateConflict(f"job {job_id} is still {job.state}", job.state)
             del self._jobs[job_id]
+            self._budgets.forget(job, time.time())
             return self._snapshot(job)
 
     def read_log(
@@ -615,7 +617,12 @@ class TrainingEngine:
         over, one at a time, without the lock (:meth:`_start_trainer`), until told to stop."""
         self._processes.warm_up()
         while (job := self._to_spawn.get()) is not None:
-            self._start_trainer(job)
+            try:
+                self._start_trainer(job)
+            except Exception as exc:  # the thread must live on: later jobs and its children need it
+                with self._lock:
+                    if job.state in ("starting", "stopping") and job.proc is None:
+                        self._trainer_not_started(job, f"{type(exc).__name__}: {exc}")
 
     def _next_wakeup(self, now: float) -> float | None:
         """Seconds until the launcher must look again (None: only when notified)."""

@@ -10,8 +10,8 @@ LOCAL_PLATFORMS: tuple[LocalPlatform, ...] = (
     sagemaker.PLATFORM,  # first: told apart by its signature, and S3's /<bucket> may be any path
     modelarts.PLATFORM,  # before TensorOne: a project id may start with 'training'
     tensorone.PLATFORM,
-    together.PLATFORM,
-    pai.PLATFORM,
+    pai.PLATFORM,  # before Together: an OSS bucket may be named v1
+    together.PLATFORM,  # last: it takes whatever else is under /v1/ and /v3/
 )
 
 __all__ = ["LOCAL_PLATFORMS", "AppContext", "LocalPlatform"]

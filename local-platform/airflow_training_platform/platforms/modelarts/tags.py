@@ -44,6 +44,7 @@ class TmsTags:
             return dict(self._tags.get(job_id, {}))
 
     def set(self, job_id: str, tags: dict[str, str]) -> dict[str, str]:
+        """Add or replace ``tags`` (key → value) on ``job_id``; returns all of its tags after."""
         with self._lock:
             self._tags.setdefault(job_id, {}).update(tags)
             return dict(self._tags[job_id])

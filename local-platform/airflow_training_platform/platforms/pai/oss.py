@@ -15,7 +15,6 @@ multipart threshold) are out of reach.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
 import os
@@ -30,6 +29,7 @@ from fastapi.responses import Response
 from airflow_training_platform.errors import ApiError, request_id
 from airflow_training_platform.faults import FaultInjector
 from airflow_training_platform.platforms.base import platform_app
+from airflow_training_platform.platforms.pai import roa_v1
 
 _PREFIXES = (b"oss ", b"oss4-hmac-sha256")
 _CODES = {400: "InvalidArgument", 403: "AccessDenied", 404: "NoSuchKey", 501: "NotImplemented"}
@@ -75,10 +75,7 @@ def verify(request: Request, bucket: str, key: str, key_pair: tuple[str, str] | 
         )
     headers = {name.lower(): value for name, value in request.headers.items()}
     to_sign = string_to_sign(request.method, headers, bucket, key)
-    expected = base64.b64encode(
-        hmac.new(key_pair[1].encode(), to_sign.encode(), hashlib.sha1).digest()
-    ).decode()
-    if not hmac.compare_digest(expected, given):
+    if not hmac.compare_digest(roa_v1.signature(key_pair[1], to_sign), given):
         raise ApiError(
             403,
             "SignatureDoesNotMatch",

@@ -31,10 +31,16 @@ DOWNLOAD_PREFIX = "/v1/finetune/"
 Together's error format rather than by the control app's 404."""
 
 
+API_PREFIXES = ("/v1/", "/v3/")
+"""Together's whole API (files, models, inference, projects…): what the local platform does not
+serve of it is answered 501 in Together's error format, e.g. the CLI's ``files upload``."""
+
+
 def serves(scope: dict) -> bool:
-    """The fine-tuning paths, the model download and the whoami paths."""
+    """The fine-tuning paths, the model download and the whoami paths, and the rest of Together's
+    API under ``/v1/`` and ``/v3/`` (asked after every other platform: theirs are more specific)."""
     path = scope.get("path", "")
-    return path.startswith((PREFIX, DOWNLOAD_PREFIX)) or path in WHOAMI_PATHS
+    return path.startswith((PREFIX, DOWNLOAD_PREFIX, *API_PREFIXES)) or path in WHOAMI_PATHS
 
 
 PLATFORM = LocalPlatform(name=NAME, build=build, match=serves, options=TogetherOptions)
