@@ -35,6 +35,11 @@ class CommonSettings(BaseModel):
     cancel_delay_seconds: float = Field(
         0.0, ge=0, description="test: every cancel sleeps this long before acting (s)"
     )
+    spawn_delay_seconds: float = Field(
+        0.0,
+        ge=0,
+        description="test: every trainer start takes this much longer, as on a cold fork server (s)",
+    )
     api_key: str | None = secret_setting(
         f"required API key (default ${API_KEY_ENV}; unset: any non-empty key)"
     )
@@ -55,6 +60,7 @@ class CommonSettings(BaseModel):
             seconds_per_epoch=self.seconds_per_epoch,
             grace_seconds=self.grace_seconds,
             cancel_delay_seconds=self.cancel_delay_seconds,
+            spawn_delay_seconds=self.spawn_delay_seconds,
             max_log_lines=self.max_log_lines,
             allow_user_code=self.allow_user_code,
         )

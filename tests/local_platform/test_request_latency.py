@@ -45,6 +45,7 @@ from tests.modelarts_user_code import put_code_and_data as put_modelarts_code_an
 pytestmark = pytest.mark.exclusive
 
 P99_LIMIT_SECONDS = 1.0
+SPAWN_DELAY_SECONDS = 1.2  # each trainer start held this long (as on a cold fork server): > the limit
 DEADLINE_SECONDS = 60.0  # every job ends well before this, also on a loaded machine
 PAUSE_SECONDS = 0.05  # between a client's rounds of describes and lists
 KINDS = ("create", "describe", "list", "stop")
@@ -66,6 +67,7 @@ def server(tmp_path_factory):
         seconds_per_epoch=0.3,
         grace_seconds=3,
         tensorone_cancel_wait_seconds=0,
+        spawn_delay_seconds=SPAWN_DELAY_SECONDS,
         allow_user_code=True,
         log_level="warning",
         **server_options(**graces),
@@ -289,5 +291,21 @@ def test_requests_answer_promptly_while_jobs_start_train_and_stop_on_a_cold_serv
             assert client.ended(final) and client.cancelled(final) == bool(job.stop), (job.name, job.statuses)
             assert not final.lower().startswith("failed"), (job.name, job.statuses)
     assert len(seconds["create"]) == 9 and len(seconds["stop"]) == 5
+    # the requests were answered while trainers took SPAWN_DELAY_SECONDS each to start, one after
+    # another: an answer that waited for one would be over the limit
+    starts = trainer_start_seconds(server)
+    assert len(starts) >= 5 and min(starts) >= SPAWN_DELAY_SECONDS, starts
     for values in seconds.values():
         assert percentile(values, 99) < P99_LIMIT_SECONDS, table
+
+
+def trainer_start_seconds(server: LocalPlatformServer) -> list[float]:
+    """Per built-in trainer job that got a process: seconds from ``starting`` to its process."""
+    records = httpx.get(server.url + "/_local/jobs").raise_for_status().json()["jobs"]
+    seconds = []
+    for record in records:
+        started = [e["created_at"] for e in record["events"] if e["type"] == "job_start"]
+        if record["program"] is None and record["pid"] is not None and started:
+            starting = next(h["at"] for h in record["state_history"] if h["state"] == "starting")
+            seconds.append(started[0] - starting)
+    return seconds

@@ -117,6 +117,8 @@ class EngineConfig:
     grace_seconds: after a graceful stop signal, seconds before the trainer is SIGKILLed (unless the
         job's spec sets its own ``stop_grace_seconds``).
     cancel_delay_seconds: test option; :meth:`TrainingEngine.cancel` sleeps this long before acting.
+    spawn_delay_seconds: test option; every trainer start takes this much longer (as a cold fork
+        server importing scikit-learn does), to show that no request waits for one.
     startup_seconds_estimate: assumed process start-up time, for estimates only.
     max_log_lines: trainer stdout lines kept per job (oldest dropped).
     budget_check_seconds: how often spending budgets and run-time limits are checked while jobs run.
@@ -137,6 +139,7 @@ class EngineConfig:
     seconds_per_epoch: float = 1.0
     grace_seconds: float = 10.0
     cancel_delay_seconds: float = 0.0
+    spawn_delay_seconds: float = 0.0
     startup_seconds_estimate: float = 5.0
     max_log_lines: int = 2000
     python: str = sys.executable
@@ -718,6 +721,8 @@ class TrainingEngine:
         try:
             if self.config.fault_hook:
                 self.config.fault_hook("spawn", job.job_id)
+            if self.config.spawn_delay_seconds > 0:
+                time.sleep(self.config.spawn_delay_seconds)
             proc = self._processes.spawn(job)
         except Exception as exc:
             with self._lock:
