@@ -346,6 +346,7 @@ class TrainingJobTaskMixin(_Host):
         self._kill_note: tuple[int, str] | None = None  # on_kill's log line, written by execute()
         self._kill_interrupted = False  # on_kill kept the job: the worker was stopped, nobody gave up
         self._killing = False  # an on_kill is running (a second SIGTERM may interrupt it)
+        self._verify_failures: list[str] = []  # why on_kill could not read the task instance's state
         # what on_kill needs about this try, read before it can run (_remember_try)
         self._deadline: float | None = None
         self._identity: TaskIdentity | None = None
@@ -754,7 +755,10 @@ class TrainingJobTaskMixin(_Host):
         )
         if not decision.cancel:
             self._kill_interrupted = decision.interrupted
-            return None, (logging.WARNING, f"Task killed: {decision.reason} (job {self.job_id})")
+            failed = (
+                f"; reading it failed: {', '.join(self._verify_failures)}" if self._verify_failures else ""
+            )
+            return None, (logging.WARNING, f"Task killed: {decision.reason} (job {self.job_id}{failed})")
         # the connection already read by the main hook: no secrets-backend call in a signal handler;
         # each of the cancel's two calls gets half of what is left of the budget
         call_timeout = max(0.5, (ON_KILL_BUDGET - (time.monotonic() - started)) / 2)
@@ -779,21 +783,29 @@ class TrainingJobTaskMixin(_Host):
         """``(answered, state)``: the task instance's state as the API server sees it, asked in a
         thread and given up on after :data:`ON_KILL_VERIFY_TIMEOUT` seconds (the signal may have
         interrupted this very thread inside a request to the supervisor: the thread then waits for
-        that request's lock and the question goes unanswered, which the policy treats as such)."""
+        that request's lock and the question goes unanswered, which the policy treats as such). A
+        question that fails at once (the supervisor busy with the same signal) is asked again until
+        then."""
         identity = self._identity
         if identity is None:
             return False, None
         answer: dict[str, str | None] = {}
+        failures: list[str] = []
+        deadline = time.monotonic() + ON_KILL_VERIFY_TIMEOUT
 
         def ask() -> None:
-            try:
-                answer["state"] = task_instance_state(identity)
-            except Exception:  # noqa: BLE001 - unanswered: the policy decides what that means
-                pass
+            while time.monotonic() < deadline:
+                try:
+                    answer["state"] = task_instance_state(identity)
+                    return
+                except Exception as exc:  # noqa: BLE001 - unanswered: the policy decides what that means
+                    failures.append(type(exc).__name__)
+                    time.sleep(0.1)
 
         thread = threading.Thread(target=ask, name=f"on-kill-state-{self.job_id}", daemon=True)
         thread.start()
         thread.join(ON_KILL_VERIFY_TIMEOUT)
+        self._verify_failures = sorted(set(failures))  # said in the kill note (no logging here)
         return ("state" in answer), answer.get("state")
 
     def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
