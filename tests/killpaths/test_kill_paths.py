@@ -8,6 +8,7 @@ the ``outcomes`` fixture (see conftest); each test asserts on its (scenario, pla
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -425,9 +426,17 @@ def test_k22_a_worker_shutdown_keeps_the_job_and_the_retry_reattaches(outcome):
     assert outcome.submits == 1 and outcome.cancels == [], "a deploy must not cost the training"
     assert outcome.notes["try_number"] == 2 and outcome.notes["xcom_job"] == job["job_id"]
     assert outcome.notes["job_state"] == "running"
-    assert "the task instance is still running" in outcome.notes["log1"], _provider_lines(
-        outcome.notes["log1"]
-    )
+    # on_kill asks the API server whether the task instance still runs; when the SIGTERM lands while
+    # the task is inside a request to its supervisor (saving the event cursor, say), that question
+    # cannot be answered (the request's lock is the interrupted thread's) and the unverified branch
+    # decides: the same decision, with a retry left
+    log1 = outcome.notes["log1"]
+    assert re.search(
+        r"the worker stopped this try while (the task instance is still running|its state could not "
+        r"be verified in time): an interruption, not a give-up; the job keeps running and the retry "
+        r"re-attaches to it",
+        log1,
+    ), _provider_lines(log1)
 
 
 @scenario("k23_retry_during_stop")
