@@ -84,7 +84,15 @@ def aws(server, service: str):
 def test_tensorone_answers_429_with_its_rate_limit_headers_and_counts_each_request(
     server, control, quotas, tensorone_job
 ):
-    quotas({"tensorone": {"read": {"limit": 3, **MINUTE}, "create": {"limit": 0, **MINUTE}}})
+    quotas(
+        {
+            "tensorone": {
+                "read": {"limit": 3, **MINUTE},
+                "create": {"limit": 0, **MINUTE},
+                "write": {"limit": 0, **MINUTE},
+            }
+        }
+    )
     jobs_before = len(control.jobs(platform="tensorone"))
     url = f"{server.url}/v2/training/jobs"
 
@@ -109,22 +117,22 @@ def test_tensorone_answers_429_with_its_rate_limit_headers_and_counts_each_reque
     }
     assert "Retry-After" not in answers[0].headers
 
-    # a cancel is a write: not metered here, counted all the same
-    missing = httpx.post(f"{url}/job_train_000000000000/cancel", headers=BEARER, json={})
-    assert missing.status_code == 404 and "X-RateLimit-Limit" not in missing.headers
+    cancel = httpx.post(f"{url}/{tensorone_job}/cancel", headers=BEARER, json={})  # a write
+    assert cancel.status_code == 429 and cancel.headers["X-RateLimit-Limit"] == "0", cancel.text
+    assert control.job(tensorone_job)["cancel_requests"] == [], "a throttled cancel reached the job"
 
     counts = control.requests()["tensorone"]
     assert counts == {
         "total": 6,
-        "throttled": 2,
+        "throttled": 3,
         "by_class": {"create": 1, "read": 4, "write": 1},
-        "throttled_by_class": {"create": 1, "read": 1},
+        "throttled_by_class": {"create": 1, "read": 1, "write": 1},
         "by_route": {
             "POST /v2/training/jobs": 1,
             "GET /v2/training/jobs/{job_id}": 4,
             "POST /v2/training/jobs/{job_id}/cancel": 1,
         },
-        "by_job": {tensorone_job: 4, "job_train_000000000000": 1},
+        "by_job": {tensorone_job: 5},
     }
     read = control.quotas()["tensorone"]["read"]
     assert (read["limit"], read["used"], read["remaining"]) == (3, 3, 0) and abs(
@@ -216,14 +224,18 @@ def test_modelarts_throttles_with_429_modelarts_2799_and_retry_after(server, con
     path = f"/v2/{MODELARTS_PROJECT_ID}/training-jobs/quota-job"
     raw = httpx.get(server.url + path, headers={"X-Auth-Token": "any"})
     assert raw.status_code == 429 and raw.json()["error_code"] == "ModelArts.2799"
+    unmetered = httpx.delete(server.url + path, headers={"X-Auth-Token": "any"})  # writes: no quota
+    assert unmetered.status_code == 404, unmetered.text
     assert 1 <= int(raw.headers["Retry-After"]) <= 60 and raw.json()["request_id"]
 
     counts = control.requests()["modelarts"]
     assert counts["by_route"] == {
         "GET /v2/{project_id}/training-jobs/{job_id}": 2,
         "POST /v2/{project_id}/training-jobs": 1,
+        "DELETE /v2/{project_id}/training-jobs/{job_id}": 1,
     }
-    assert counts["by_job"] == {"quota-job": 2} and counts["throttled"] == 3
+    assert counts["by_job"] == {"quota-job": 3}
+    assert counts["by_class"] == {"read": 2, "create": 1, "write": 1} and counts["throttled"] == 3
 
 
 def test_together_throttles_with_429_dynamic_request_limited_and_ratelimit_reset(server, control, quotas):
