@@ -216,14 +216,14 @@ class RequestMeter:
         with self._lock:
             for platform, classes in self._quotas.items():
                 for cls, quota in classes.items():
-                    window = self._windows.get((platform, cls))
-                    open_ = window is not None and now < window[0]
-                    used = int(window[1]) if open_ else 0
+                    reset_at, used = self._windows.get((platform, cls), (0.0, 0))
+                    if now >= reset_at:  # no window open: the next request opens one
+                        reset_at, used = None, 0
                     out.setdefault(platform, {})[cls] = {
                         **quota.as_dict(),
-                        "used": used,
-                        "remaining": max(0, quota.limit - used),
-                        "reset_at": window[0] if open_ else None,
+                        "used": int(used),
+                        "remaining": max(0, quota.limit - int(used)),
+                        "reset_at": reset_at,
                     }
         return out
 

@@ -21,7 +21,7 @@ from huaweicloudsdkmodelarts.v1 import model as m
 
 from airflow_training_platform.cli import build_parser
 from airflow_training_platform.control import LocalPlatformControl
-from airflow_training_platform.quotas import QuotaError, parse_quotas
+from airflow_training_platform.quotas import QuotaError, RequestMeter, parse_quotas
 from airflow_training_platform.server import LocalPlatformServer
 from tests.conftest import API_KEY, AWS_ACCESS_KEY_ID, MODELARTS_PROJECT_ID, server_options
 from tests.local_platform import test_modelarts_api as modelarts
@@ -320,3 +320,35 @@ def test_the_setting_reads_compact_json_and_preset_forms_and_is_a_serve_flag():
             parse_quotas(bad, PLATFORMS)
     args = build_parser().parse_args(["serve", "--data-dir", "d", "--quotas", "tensorone=documented"])
     assert args.quotas == "tensorone=documented"
+
+
+def test_fixed_windows_open_with_the_first_request_and_count_again_at_their_reset():
+    now = [1000.0]
+    meter = RequestMeter(parse_quotas("pai:read=2/10", PLATFORMS), clock=lambda: now[0])
+    assert meter.quotas()["pai"]["read"]["reset_at"] is None
+    states = []
+    for at in (1000.0, 1004.0, 1009.9, 1010.0, 1011.0, 1011.5):
+        now[0] = at
+        states.append(meter.admit("pai", "read", "GET /x", None))
+    assert [(s.throttled, s.remaining, s.reset_at) for s in states] == [
+        (False, 1, 1010.0),
+        (False, 0, 1010.0),
+        (True, 0, 1010.0),
+        (False, 1, 1020.0),  # a new window: opened by this request
+        (False, 0, 1020.0),
+        (True, 0, 1020.0),
+    ]
+    assert states[2].retry_after(now=1009.9) == 1 and states[5].retry_after(now=1011.5) == 9
+    assert meter.admit("pai", "write", "PUT /x", "j") is None, "a class without a quota is only counted"
+    now[0] = 1020.0
+    assert meter.quotas()["pai"]["read"] == {
+        "limit": 2,
+        "window_seconds": 10.0,
+        "used": 0,
+        "remaining": 2,
+        "reset_at": None,
+    }
+    counts = meter.requests()["platforms"]["pai"]
+    assert (counts["total"], counts["throttled"], counts["by_job"]) == (7, 2, {"j": 1})
+    meter.reset_requests()
+    assert meter.requests() == {"platforms": {}}
