@@ -62,6 +62,9 @@ class ApiRates(BaseModel):
         and metric read).
     :ivar write_per_hour: writes other than a create (a cancel / stop).
     :ivar create_per_hour: job creations.
+    :ivar window_seconds: the window the platform counts requests in (an hour for TensorOne, whose
+        ``X-RateLimit-Window`` says 3600): no window of this length, however aligned, gets more
+        than its share of the hourly rate.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -69,6 +72,7 @@ class ApiRates(BaseModel):
     read_per_hour: float | None = Field(None, gt=0)
     write_per_hour: float | None = Field(None, gt=0)
     create_per_hour: float | None = Field(None, gt=0)
+    window_seconds: float = Field(3600.0, gt=0)
 
     def of(self, kind: RequestKind) -> float | None:
         """The hourly rate of ``kind``."""
@@ -96,10 +100,6 @@ class ApiRates(BaseModel):
                 f'(expected requests per hour, e.g. {{"read_per_hour": 500}})'
             ) from None
 
-    def describe(self) -> str:
-        parts = [f"{k.removesuffix('_per_hour')} {v:g}/h" for k, v in self.model_dump().items() if v]
-        return ", ".join(parts) or "not declared"
-
 
 def budget_share() -> float:
     """``[training_provider] api_budget_share``: the part of each account's rates this process
@@ -117,15 +117,17 @@ def budget_share() -> float:
 class RequestPacer:
     """Requests at ``per_hour`` with a burst of a few, as a generic cell rate algorithm: each
     :meth:`reserve` books the next free slot (first come, first served) and says how long to wait
-    for it. The burst (1–10 requests) is taken out of the rate, so no window of an hour, however
-    aligned, holds more than ``per_hour`` requests.
+    for it. The burst (1–10 requests) is taken out of the rate, so no window of ``window`` seconds,
+    however aligned, holds more than ``per_hour`` allows in it.
 
     :param per_hour: requests per hour, > 0.
+    :param window: seconds of the platform's counting window (3600: an hour).
     :param clock: monotonic seconds (a test passes a fake one)."""
 
-    def __init__(self, per_hour: float, clock: Any = time.monotonic) -> None:
-        self.burst = max(1.0, min(10.0, per_hour * 0.05))
-        self.per_second = max(per_hour - self.burst, per_hour * 0.5) / 3600.0
+    def __init__(self, per_hour: float, window: float = 3600.0, clock: Any = time.monotonic) -> None:
+        per_window = per_hour * window / 3600.0
+        self.burst = max(1.0, min(10.0, per_window * 0.05))
+        self.per_second = max(per_window - self.burst, per_window * 0.5) / window
         self.interval = 1.0 / self.per_second
         self._tolerance = (self.burst - 1.0) * self.interval
         self._clock = clock
@@ -163,7 +165,7 @@ class AccountBudget:
         for kind in ("read", "write", "create"):
             rate = self.rates.of(kind)
             if rate:
-                self._pacers[kind] = RequestPacer(rate)
+                self._pacers[kind] = RequestPacer(rate, self.rates.window_seconds)
 
     @property
     def read_rate(self) -> float | None:
@@ -277,6 +279,8 @@ def account_budget(key: tuple[Any, ...], rates: ApiRates, name: str) -> AccountB
         budget = _BUDGETS.get(full_key)
         if budget is None:
             share = budget_share()
-            shared = ApiRates(**{k: (v * share if v else None) for k, v in rates.model_dump().items()})
+            shared = rates.model_copy(
+                update={k: v * share for k, v in rates.model_dump(exclude={"window_seconds"}).items() if v}
+            )
             budget = _BUDGETS[full_key] = AccountBudget(shared, name)
         return budget
