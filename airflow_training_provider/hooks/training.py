@@ -180,7 +180,7 @@ class TrainingPlatformHook(JobApi, HttpHook):
         """One send, in its slot of the account's budget (reads paced, writes and creates first;
         :mod:`~airflow_training_provider.budget`), which learns how it was answered."""
         budget = self.platform_connection.budget()
-        budget.acquire_sync(request.kind)  # type: ignore[arg-type]
+        budget.acquire_sync(request.kind, request.urgent)  # type: ignore[arg-type]
         try:
             answer = self._send_now(request)
         except TransientPlatformError as exc:

@@ -321,7 +321,7 @@ class AsyncTrainingPlatformClient(JobApi):
         budget = self.budget
         if budget is None:
             return await self._send_now(request)
-        await budget.acquire(request.kind)  # type: ignore[arg-type]
+        await budget.acquire(request.kind, request.urgent)  # type: ignore[arg-type]
         try:
             answer = await self._send_now(request)
         except TransientPlatformError as exc:

@@ -366,6 +366,9 @@ class ApiRequest:
         by the job lifecycle (a program-log read bounded by the next poll), not by dialects.
     :ivar kind: what the call costs in the account's budget (:mod:`~airflow_training_provider.budget`):
         ``read`` (the default), ``write`` (a cancel) or ``create``; set by the job lifecycle.
+    :ivar urgent: a read on a cancel's way (its state check, its confirm polls): sent at once,
+        never behind the polls paced by the budget nor held by a throttle pause (it still counts);
+        set by the job lifecycle.
     :ivar status_of: the status read of waiting job ``status_of`` (a poll after the first): a
         driver that reads many jobs per call (the triggerer's coalesced polling,
         :mod:`~airflow_training_provider.hooks.coalescing`) may answer it from its batch read
@@ -389,6 +392,7 @@ class ApiRequest:
     timeout: float | None = None
     kind: str = "read"
     status_of: str | None = None
+    urgent: bool = False
 
 
 @dataclass

@@ -15,6 +15,7 @@ from airflow_training_provider.budget import (
     AccountBudget,
     ApiRates,
     RequestPacer,
+    WindowLimiter,
     account_budget,
     is_throttle,
 )
@@ -70,12 +71,27 @@ def test_the_first_requests_go_at_once_up_to_the_burst_then_one_per_interval():
     assert pacer.interval == pytest.approx(3600 / 490)
 
 
+@pytest.mark.parametrize(("per_hour", "window", "limit"), [(50, 3600, 50), (10, 3600, 10), (1000, 36, 10)])
+def test_writes_and_creates_go_at_once_up_to_the_windows_limit_and_never_over_it(per_hour, window, limit):
+    clock = FakeClock()
+    limiter = WindowLimiter(per_hour, window, clock)
+    assert [limiter.reserve() for _ in range(limit)] == [0.0] * limit  # a DAG run's cancels, at once
+    sent = [clock.now] * limit
+    for _ in range(limit * 3):
+        clock.now += limiter.reserve()
+        sent.append(clock.now)
+    assert most_in_a_window(sent, window) <= limit
+
+
 def test_cancels_and_creates_never_queue_behind_a_backlog_of_reads():
     budget = AccountBudget(ApiRates(read_per_hour=500, write_per_hour=50, create_per_hour=10))
     backlog = [budget.delay("read") for _ in range(200)]
     assert backlog[-1] > 1000  # two hundred reads booked: the last one waits a quarter of an hour
     assert budget.delay("write") == 0.0
     assert budget.delay("create") == 0.0
+    # a cancel's own reads (its state check, its confirm polls) go at once, and are counted
+    assert budget.delay("read", urgent=True) == 0.0
+    assert budget.delay("read") > backlog[-1] + 2 * budget._pacers["read"].interval - 0.1
 
 
 def test_a_throttle_pauses_the_reads_for_its_retry_after_but_not_the_writes():
@@ -83,6 +99,7 @@ def test_a_throttle_pauses_the_reads_for_its_retry_after_but_not_the_writes():
     assert budget.delay("read") == 0.0
     budget.answered(TransientPlatformError("slow down", status=429, retry_after=5.0, sent=False))
     assert 4.5 < budget.delay("read") <= 5.0
+    assert budget.delay("read", urgent=True) == 0.0
     assert budget.delay("write") == 0.0
     assert budget.delay("create") == 0.0
     assert budget.throttled_answers == 1
@@ -133,7 +150,7 @@ def test_the_interval_stretches_by_demand_over_the_planned_reads_and_the_note_ha
     note = budget.stretch_note(30)
     assert "20 pollers polled every 30 s would make 2,400 reads/h" in note
     assert "this process may make 490 reads/h" in note
-    assert f"polled every {30 * factor:,.0f} s instead" in note
+    assert f"polled every {30 * factor:,.1f} s instead" in note
     for h in handles[:17]:
         budget.unregister(h)
     assert budget.stretch() == 1.0  # three jobs: 360 reads/h fit
