@@ -49,7 +49,7 @@ MAX_PAGES = 50
 @dataclass
 class _Member:
     interval: float
-    seen_round: float = -math.inf  # the start (monotonic) of the round it was last answered from
+    seen_at: float = -math.inf  # when (monotonic) its last answer was read: its own read, or a round's start
     own_key: tuple | None = None  # state, status, message of its last own read (partial rows)
     own_view: TrainingJob | None = None  # that read's job (partial rows: answered while unchanged)
     created_at: datetime | None = None
@@ -105,13 +105,13 @@ class StatusPoller:
         member = self.members.get(job_id)
         if member is None or member.own_view is None:  # the first read is the job's own
             return None
-        wanted = member.seen_round + self.cadence / 2  # the round after the one it was answered from
+        wanted = member.seen_at + self.cadence / 2  # a round after its last answer, not that one
         round_: _Round | None = self._latest
         if self._latest.started < wanted:
             round_ = await self._wait_round(wanted)
         if round_ is None or round_.rows is None:  # none came in time, or it failed: its own read
             return None
-        member.seen_round = round_.started
+        member.seen_at = round_.started
         row = (round_.rows or {}).get(job_id)
         if row is None or row.is_terminal:
             return None
@@ -127,6 +127,7 @@ class StatusPoller:
         (the list's time bound)."""
         member = self.members.get(job_id)
         if member is not None:
+            member.seen_at = time.monotonic()
             member.own_key, member.own_view = _key(job), job
             member.created_at = member.created_at or job.created_at
 
