@@ -811,9 +811,12 @@ class Dialect(ABC):
         """
         return None
 
-    def parse_status_batch(self, body: Any) -> StatusBatch:
+    def parse_status_batch(self, body: Any, page: str | None = None) -> StatusBatch:
         """The jobs of one page of a batch status read (:meth:`status_batch_request`), a row that
         does not read as a job left out (logged, :meth:`listed_jobs`), and the next page's token.
+
+        :param page: the token the page was asked with (``None``: the first), for a list whose
+            answer does not say which page it is (PAI's ``PageNumber``).
 
         :raises Exception: any of :data:`MALFORMED_ERRORS` on an answer of another shape.
         :raises NotImplementedError: no batch read (the default)."""
