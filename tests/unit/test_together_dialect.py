@@ -515,3 +515,19 @@ def test_dialect_registry():
     assert isinstance(get_dialect("together"), TogetherDialect)
     assert PLATFORMS["together"].dialect is TogetherDialect
     assert PLATFORMS["together"].default_base_url == "https://api.together.ai"
+
+
+def test_the_batch_status_read_is_the_list_of_every_job_in_one_page():
+    request = D.status_batch_request(["a", "b"], "ignored")
+    assert (request.method, request.path, request.params, request.body) == (
+        "GET",
+        "/v1/fine-tunes",
+        None,
+        None,
+    )
+    assert D.batch_size >= 10_000 and D.batch_rows_complete is False
+    truncated = {k: v for k, v in JOB.items() if k not in ("events", "progress")}
+    untagged = {**truncated, "id": "ft-other", TAGS_KEY: []}
+    page = D.parse_status_batch({"data": [truncated, untagged]})
+    assert [j.id for j in page.jobs] == [JOB_ID, "ft-other"], "tagged or not: the poller picks its jobs"
+    assert page.jobs[0].state is D.parse_job(JOB).state and page.next_page is None
