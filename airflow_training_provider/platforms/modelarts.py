@@ -483,7 +483,7 @@ class ModelArtsDialect(Dialect):
             more = (index + 1) * SEARCH_LIMIT < wire.count
         else:
             more = len(wire.items) >= SEARCH_LIMIT
-        return StatusBatch(self.listed_jobs(wire.items), str(index + 1) if more else None)
+        return StatusBatch(self.listed_jobs(wire.items, quiet=True), str(index + 1) if more else None)
 
     def events_request(self, job_id: str) -> ApiRequest | None:
         return ApiRequest(

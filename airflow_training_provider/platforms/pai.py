@@ -458,7 +458,9 @@ class PaiDialect(Dialect):
         ``PageNumber`` while a page is full (the answer does not say which page it is)."""
         rows = WireList.model_validate(body or {}).TrainingJobs
         number = int(page or 1)
-        return StatusBatch(self.listed_jobs(rows), str(number + 1) if len(rows) >= STATUS_PAGE_SIZE else None)
+        return StatusBatch(
+            self.listed_jobs(rows, quiet=True), str(number + 1) if len(rows) >= STATUS_PAGE_SIZE else None
+        )
 
     def events_request(self, job_id: str) -> ApiRequest | None:
         return self._call(

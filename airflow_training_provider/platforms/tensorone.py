@@ -392,7 +392,7 @@ class TensorOneDialect(Dialect):
         offset = int(page or 0)
         end = offset + STATUS_PAGE_SIZE
         more = end < wire.totalCount if wire.totalCount is not None else len(wire.jobs) >= STATUS_PAGE_SIZE
-        return StatusBatch(self.listed_jobs(wire.jobs), str(end) if more else None)
+        return StatusBatch(self.listed_jobs(wire.jobs, quiet=True), str(end) if more else None)
 
     def console_url(self, base_url: str, job_id: str) -> str:
         return f"{base_url.rstrip('/')}/v2/training/jobs/{job_id}"

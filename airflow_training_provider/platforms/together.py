@@ -428,7 +428,7 @@ class TogetherDialect(Dialect):
     def parse_status_batch(self, body: Any, page: str | None = None) -> StatusBatch:
         """``{"data": [job…]}`` (truncated jobs, tagged or not); one page, the only one."""
         rows = body if isinstance(body, list) else WireRows.model_validate(body or {}).data
-        return StatusBatch(self.listed_jobs(rows))
+        return StatusBatch(self.listed_jobs(rows, quiet=True))
 
     def metrics_request(self, job_id: str) -> ApiRequest:
         """``GET /v1/fine-tunes/{id}/metrics?resolution=`` (Fine-tuning → Get metrics): training rows
