@@ -29,6 +29,7 @@ import math
 import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from airflow_training_provider.budget import AccountBudget
@@ -86,7 +87,9 @@ class StatusPoller:
 
     # -- membership ------------------------------------------------------------------------------
     def join(self, job_id: str, interval: float) -> None:
-        self.members[job_id] = _Member(interval)
+        # answered from rounds that start after it joined: without a time, its wanted round would
+        # be the never-run one before the first (no rows), and it would read its own for ever
+        self.members[job_id] = _Member(interval, seen_at=time.monotonic())
 
     def leave(self, job_id: str) -> None:
         self.members.pop(job_id, None)
@@ -109,9 +112,11 @@ class StatusPoller:
         round_: _Round | None = self._latest
         if self._latest.started < wanted:
             round_ = await self._wait_round(wanted)
-        if round_ is None or round_.rows is None:  # none came in time, or it failed: its own read
+        if round_ is None:  # none came in time: its own read
             return None
         member.seen_at = round_.started
+        if round_.rows is None:  # it failed: its own read, and the next poll waits for a later round
+            return None
         row = (round_.rows or {}).get(job_id)
         if row is None or row.is_terminal:
             return None
@@ -197,7 +202,7 @@ class StatusPoller:
                 request = _bounded(request, self.cadence)
                 try:
                     body = await self.client.call(request)
-                    batch = parse_answer(request, self.dialect.parse_status_batch, body)
+                    batch = parse_answer(request, partial(self.dialect.parse_status_batch, page=page), body)
                 except TrainingPlatformError:
                     return None, pages + 1
                 finally:
