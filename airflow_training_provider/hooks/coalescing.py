@@ -12,8 +12,8 @@ member from the freshest round. The member's own Get job is sent instead (one ca
 
 * the job is not in the round's answer, or the round failed: read on its own this time;
 * the row says the job ended: its whole final view is read on its own;
-* the platform's row is partial (``Dialect.batch_rows_complete`` false) and says the job's state,
-  status or message changed since its own last read: read on its own, then that view is answered
+* the platform's row is partial (``Dialect.batch_rows_complete`` false) and says the job's state
+  or status changed since its own last read: read on its own, then that view is answered
   until the row changes again;
 * no round came within one and a half rounds (and 5 s), or the member's deadline came: its own
   read, so a deadline's cancel is never held up by the poller.
@@ -218,7 +218,9 @@ class StatusPoller:
 
 
 def _key(job: TrainingJob) -> tuple:
-    return (job.state, job.raw_status, job.message)
+    """What a partial row is compared on: state and status (not the message: a list row may lack
+    one the job's own read has, as Together's lacks a stopping job's cancel message)."""
+    return (job.state, job.raw_status)
 
 
 def _bounded(request: ApiRequest, cadence: float) -> ApiRequest:

@@ -90,6 +90,7 @@ def counted(control, platform: str, before: dict) -> tuple[dict[str, int], dict[
     return by["by_job"], by["by_route"]
 
 
+@pytest.mark.slow  # ~20 s a platform: `make test` runs it, not the fast tier
 @pytest.mark.exclusive  # counts against each job's run time: the machine to itself
 @pytest.mark.parametrize("conn", list(ROUTES))
 def test_waiting_jobs_share_one_batch_read_and_read_their_own_only_when_needed(control, conn):
@@ -127,12 +128,18 @@ def test_waiting_jobs_share_one_batch_read_and_read_their_own_only_when_needed(c
     # coalesced: a batch read a round, and the Gets (others' traffic only adds to the route's count)
     # the first read, a state change on partial rows, the final view: far fewer than the polls
     assert by_route.get(batch_route, 0) >= coalesced_seconds / 2, "about one batch read a round"
-    assert by_route.get(get_route, 0) <= polls / 2
+    # (partial rows also read a job on its own at each state change: short jobs here change often)
+    complete = _dialect(conn).batch_rows_complete
+    assert by_route.get(get_route, 0) <= polls * (0.5 if complete else 0.75)
     assert max(own.values()) <= 12
     # on their own: one Get per poll per job at least (no other test touches these jobs)
     for job_id in alone:
         assert alone_by_job.get(job_id, 0) >= alone_polls[job_id]
     assert alone_by_route.get(get_route, 0) >= sum(alone_polls.values())
+
+
+def _dialect(conn: str):
+    return TrainingPlatformHook(f"{conn}_local").dialect
 
 
 def lifetime(control, job_id: str) -> int:
