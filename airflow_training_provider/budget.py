@@ -120,8 +120,9 @@ def budget_share() -> float:
 class RequestPacer:
     """Requests at ``per_hour`` with a burst of a few, as a generic cell rate algorithm: each
     :meth:`reserve` books the next free slot (first come, first served) and says how long to wait
-    for it. The burst (1–10 requests) is taken out of the rate, so no window of ``window`` seconds,
-    however aligned, holds more than ``per_hour`` allows in it.
+    for it. The burst (1–10 requests) is taken out of the rate, and as many again for urgent reads
+    (:meth:`take_now`), so no window of ``window`` seconds, however aligned, holds more than
+    ``per_hour`` allows in it while urgent reads stay within a burst per window.
 
     :param per_hour: requests per hour, > 0.
     :param window: seconds of the platform's counting window (3600: an hour).
@@ -130,7 +131,8 @@ class RequestPacer:
     def __init__(self, per_hour: float, window: float = 3600.0, clock: Any = time.monotonic) -> None:
         per_window = per_hour * window / 3600.0
         self.burst = max(1.0, min(10.0, per_window * 0.05))
-        self.per_second = max(per_window - self.burst, per_window * 0.5) / window
+        # a burst's worth more is kept for urgent reads, sent at once past any backlog (take_now)
+        self.per_second = max(per_window - 2 * self.burst, per_window * 0.5) / window
         self.interval = 1.0 / self.per_second
         self._tolerance = (self.burst - 1.0) * self.interval
         self._clock = clock
@@ -239,14 +241,19 @@ class AccountBudget:
         if wait > 0:
             time.sleep(wait)
 
-    def answered(self, error: BaseException | None) -> None:
-        """Learn from an answer: a throttle pauses the reads (its ``Retry-After``, else a backoff
-        doubling from 1 s to 60 s while throttles repeat); a success resets the backoff."""
+    def answered(self, error: BaseException | None, kind: RequestKind = "read") -> None:
+        """Learn from an answer to a request of ``kind``: a throttled read pauses the reads (its
+        ``Retry-After``, else a backoff doubling from 1 s to 60 s while throttles repeat); a success
+        resets the backoff. A throttled write or create pauses nothing: platforms count them apart
+        (TensorOne), and they are retried on their own."""
         if error is None:
             if self._throttles:
                 self._throttles = 0
             return
         if not is_throttle(error):
+            return
+        if kind != "read":
+            self.throttled_answers += 1
             return
         self.throttled_answers += 1
         self._throttles += 1

@@ -25,6 +25,7 @@ A state change at the platform is therefore seen at the first round after it: wi
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import time
 from dataclasses import dataclass, field, replace
@@ -33,13 +34,15 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from airflow_training_provider.budget import AccountBudget
-from airflow_training_provider.errors import TrainingPlatformError
+from airflow_training_provider.errors import TrainingPlatformError, TransientPlatformError
 from airflow_training_provider.lifecycle.operations import JobOperations
 from airflow_training_provider.models import TrainingJob
 from airflow_training_provider.platforms.base import ApiRequest, parse_answer
 
 if TYPE_CHECKING:
     from airflow_training_provider.hooks.training_async import AsyncTrainingPlatformClient
+
+log = logging.getLogger(__name__)
 
 #: seconds a member waits for a round beyond one and a half rounds before reading on its own
 ROUND_GRACE = 5.0
@@ -50,6 +53,8 @@ MAX_PAGES = 50
 @dataclass
 class _Member:
     interval: float
+    client: AsyncTrainingPlatformClient | None = None  # its session stays open while it waits
+    users: int = 1  # waits on this job (an operator's trigger and a sensor may watch one job)
     seen_at: float = -math.inf  # when (monotonic) its last answer was read: its own read, or a round's start
     own_key: tuple | None = None  # state, status, message of its last own read (partial rows)
     own_view: TrainingJob | None = None  # that read's job (partial rows: answered while unchanged)
@@ -72,7 +77,6 @@ class StatusPoller:
     """
 
     def __init__(self, client: AsyncTrainingPlatformClient, budget: AccountBudget) -> None:
-        self.client = client
         self.dialect = client.dialect
         self.ops = JobOperations(client.dialect, client.connection.base_url)  # console links
         self.budget = budget
@@ -84,15 +88,32 @@ class StatusPoller:
         self._demand = budget.register(0.0)
         self.rounds = 0
         self.calls = 0
+        self.refused: str | None = None  # the batch read was refused for good: every member reads its own
 
     # -- membership ------------------------------------------------------------------------------
-    def join(self, job_id: str, interval: float) -> None:
+    def join(self, job_id: str, interval: float, client: AsyncTrainingPlatformClient) -> None:
+        """Job ``job_id`` waits, polled every ``interval`` s, through ``client`` (whose session a
+        round may use while the member waits)."""
+        member = self.members.get(job_id)
+        if member is not None:
+            member.users += 1
+            member.interval = min(member.interval, interval)
+            return
         # answered from rounds that start after it joined: without a time, its wanted round would
         # be the never-run one before the first (no rows), and it would read its own for ever
-        self.members[job_id] = _Member(interval, seen_at=time.monotonic())
+        self.members[job_id] = _Member(interval, client, seen_at=time.monotonic())
 
     def leave(self, job_id: str) -> None:
-        self.members.pop(job_id, None)
+        member = self.members.get(job_id)
+        if member is not None:
+            member.users -= 1
+            if member.users <= 0:
+                del self.members[job_id]
+
+    @property
+    def client(self) -> AsyncTrainingPlatformClient:
+        """A member's client: the rounds use the session of one that is still waiting."""
+        return next(m.client for m in self.members.values() if m.client is not None)
 
     @property
     def cadence(self) -> float:
@@ -102,16 +123,19 @@ class StatusPoller:
         return min(m.interval for m in self.members.values()) * self.budget.stretch()
 
     # -- a member's status read ------------------------------------------------------------------
-    async def status(self, job_id: str) -> TrainingJob | None:
+    async def status(self, job_id: str, max_wait: float | None = None) -> TrainingJob | None:
         """Member ``job_id``'s job from the freshest round after its last answer; ``None``: the
-        driver sends the job's own read (see the module doc), then reports it with :meth:`own_read`."""
+        driver sends the job's own read (see the module doc), then reports it with :meth:`own_read`.
+
+        :param max_wait: seconds it may wait for a round at most (the time left to the member's
+            deadline); then its own read."""
         member = self.members.get(job_id)
-        if member is None or member.own_view is None:  # the first read is the job's own
+        if member is None or member.own_view is None or self.refused:  # the first read is its own
             return None
         wanted = member.seen_at + self.cadence / 2  # a round after its last answer, not that one
         round_: _Round | None = self._latest
         if self._latest.started < wanted:
-            round_ = await self._wait_round(wanted)
+            round_ = await self._wait_round(wanted, max_wait)
         if round_ is None:  # none came in time: its own read
             return None
         member.seen_at = round_.started
@@ -136,11 +160,13 @@ class StatusPoller:
             member.own_key, member.own_view = _key(job), job
             member.created_at = member.created_at or job.created_at
 
-    async def _wait_round(self, wanted: float) -> _Round | None:
+    async def _wait_round(self, wanted: float, max_wait: float | None = None) -> _Round | None:
         """The first round started at or after ``wanted`` (monotonic), or ``None`` when none
         comes within one and a half rounds (and :data:`ROUND_GRACE`) or it failed."""
         self._ensure_running()
         limit = time.monotonic() + self.cadence * 1.5 + ROUND_GRACE
+        if max_wait is not None:
+            limit = min(limit, time.monotonic() + max_wait)
         while True:
             round_ = self._next or self._latest
             if round_.started >= wanted and round_.done.is_set():
@@ -153,7 +179,7 @@ class StatusPoller:
                 await asyncio.sleep(min(left, max(0.05, wanted - time.monotonic())))
                 continue
             try:
-                await asyncio.wait_for(asyncio.shield(target.done.wait()), left)
+                await asyncio.wait_for(target.done.wait(), left)
             except TimeoutError:
                 return None
             if target.started >= wanted:
@@ -166,7 +192,7 @@ class StatusPoller:
 
     async def _run(self) -> None:
         try:
-            while self.members:
+            while self.members and not self.refused:
                 started = time.monotonic()
                 self._next = _Round(started, None)
                 rows, pages = await self._read_round(list(self.members))
@@ -195,6 +221,7 @@ class StatusPoller:
             group = job_ids[start : start + size]
             wanted = set(group)
             page: str | None = None
+            start_pages = pages
             for _ in range(MAX_PAGES):
                 request = self.dialect.status_batch_request(group, page, since)
                 if request is None:
@@ -203,7 +230,15 @@ class StatusPoller:
                 try:
                     body = await self.client.call(request)
                     batch = parse_answer(request, partial(self.dialect.parse_status_batch, page=page), body)
-                except TrainingPlatformError:
+                except TransientPlatformError:
+                    return None, pages + 1
+                except TrainingPlatformError as exc:  # refused (no permission, not served): for good
+                    self.refused = f"{request.method} {request.path}: {exc}"
+                    log.warning(
+                        "%s: the batch status read was refused (%s); every waiting job is polled on its own",
+                        self.dialect.name,
+                        exc,
+                    )
                     return None, pages + 1
                 finally:
                     pages += 1
@@ -211,7 +246,8 @@ class StatusPoller:
                 for job in batch.jobs:
                     rows[job.id] = job
                 wanted -= rows.keys()
-                if not wanted or batch.next_page is None:
+                # no more pages than the jobs still missing would cost on their own
+                if not wanted or batch.next_page is None or pages >= start_pages + len(wanted):
                     break
                 page = batch.next_page
         return rows, pages

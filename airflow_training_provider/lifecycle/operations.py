@@ -465,8 +465,13 @@ class JobOperations:
         :raises MalformedResponseError: the cancel's answer does not read (the cancel may have
             landed)."""
         cancel = self.dialect.effective_cancel(cancel)
-        if not cancel.force and (skipped := no_cancel_needed((yield from self.get_job(job_id, urgent=True)))):
-            return skipped
+        if not cancel.force:
+            try:  # one attempt: a throttled or failing state check must not hold the cancel back
+                job = yield from self.get_job(job_id, budget=0.0, urgent=True)
+            except TransientPlatformError:
+                job = None
+            if job is not None and (skipped := no_cancel_needed(job)):
+                return skipped
         request = replace(self.dialect.cancel_request(job_id, cancel), kind="write")
         try:
             body = yield from self._call(request)
@@ -534,10 +539,13 @@ class JobOperations:
                 if caps.events_in_job:
                     events = job.events
                 elif self._events_due(job, events_every, events_key, events_at):
-                    # unreadable: none this poll, the cursor kept (they are reported once readable)
-                    events_key, events_at = (job.state, job.raw_status, job.message), self.clock()
+                    # unreadable: none this poll, the cursor kept (they are reported once readable,
+                    # tried again at the next poll)
                     read = self._events_read(job_id)
-                    events = (yield from self._optional(EVENTS, job_id, read)) or []
+                    events = yield from self._optional(EVENTS, job_id, read)
+                    if events is not None:
+                        events_key, events_at = (job.state, job.raw_status, job.message), self.clock()
+                    events = events or []
                 if events is not None and len(events) > cursor:
                     yield NewEvents(tuple(events[cursor:]), len(events))
                     cursor = len(events)

@@ -68,7 +68,7 @@ def poller_of(client: ScriptedClient) -> StatusPoller:
 
 
 async def first_own_read(poller: StatusPoller, client: ScriptedClient, name: str) -> None:
-    poller.join(name, INTERVAL)
+    poller.join(name, INTERVAL, client)
     assert await poller.status(name) is None  # the first read is the job's own
     poller.own_read(name, client.dialect.parse_job({**DESCRIBE, "TrainingJobName": name}))
 

@@ -45,7 +45,7 @@ def test_a_member_is_answered_from_a_round_after_its_own_first_read():
 
     async def polls() -> list[Any]:
         poller = StatusPoller(client, AccountBudget(ApiRates()))
-        poller.join("a", 0.2)
+        poller.join("a", 0.2, client)
         first = await poller.status("a")  # the first read is the job's own
         poller.own_read("a", D.parse_job(row("a")))
         answers = [first]
@@ -66,7 +66,7 @@ def test_a_failed_round_sends_the_member_to_its_own_read_once_then_the_next_roun
 
     async def polls() -> list[Any]:
         poller = StatusPoller(client, AccountBudget(ApiRates()))
-        poller.join("a", 0.2)
+        poller.join("a", 0.2, client)
         poller.own_read("a", D.parse_job(row("a")))
         answers = []
         for _ in range(3):
