@@ -74,7 +74,11 @@ async def _retried(call: Callable[[], _T], attempts: int) -> _T:
         stop=stop_after_attempt(attempts), wait=wait_exponential(1, max=4), reraise=True
     ):
         with attempt:
-            return await sync_to_async(call)()
+            # shielded: a cancel while the thread runs reaches the trigger as it was sent. Unshielded,
+            # asgiref cancels its own wrapper and raises a CancelledError without the cancel's
+            # message (or none at all), and the triggerer then takes a user's "mark failed" for a
+            # shutdown and never calls on_kill (found under load: the job kept running)
+            return await asyncio.shield(sync_to_async(call)())
     raise AssertionError("unreachable")  # pragma: no cover
 
 

@@ -97,3 +97,30 @@ def test_events_arriving_while_the_triggerer_stops_are_not_written_or_counted(mo
     monkeypatch.setitem(shutdown._state, "stopping", True)
     assert report(NewEvents((JobEvent(type="b", message="two"),), 2)) is None
     assert report.cursor == 1 and saves == [1]
+
+
+def test_a_cancel_while_a_cursor_is_read_reaches_the_triggerer_with_its_message():
+    """The triggerer tells a user's action ("mark failed": call on_kill) from a shutdown by the
+    cancel's message; a cursor read in a thread (which itself calls back into async code, as the
+    Task SDK's comms do) must not replace it with a bare CancelledError."""
+    import asyncio
+
+    from asgiref.sync import async_to_sync
+
+    from airflow_training_provider.triggers.training_job import _retried
+
+    def read_cursor() -> int:
+        async_to_sync(asyncio.sleep)(0.5)
+        return 3
+
+    async def cancelled_while_reading():
+        task = asyncio.create_task(_retried(read_cursor, 1))
+        await asyncio.sleep(0.1)
+        task.cancel("__airflow_user_action__")
+        try:
+            await task
+        except asyncio.CancelledError as exc:
+            return exc.args
+        return "not cancelled"
+
+    assert asyncio.run(cancelled_while_reading()) == ("__airflow_user_action__",)
