@@ -27,14 +27,18 @@ Measured per platform x N x mode:
   in the process at the provider's one send point, ``AsyncTrainingPlatformClient._send``, by kind),
   / waiting jobs / window, x 3600 s. With ``--interval`` below 30 s the per-hour figures are
   scaled to a 30 s interval (x interval / 30: the calls of the same number of polls at 30 s);
-  the output says so.
+  the output says so. Coalesced, a job's events endpoint is also read every ``events_interval``
+  from its first poll, which no short window sees: that rate (3,600 / ``events_interval``
+  per job-hour, where the dialect reads events on their own) is added, and the line says so.
 * **throttled**: answers that were a throttle (HTTP 429, or an error whose message names
   throttling: SageMaker's ``ThrottlingException``, PAI's ``Throttling.User``), whole run.
 * **state change to seen, p50/p95 (s)**: from the terminal entry of the job's state history on the
   platform (its ``at``, the platform's clock) to the moment the trigger reported the first poll
   result with that terminal state (the ``Progress`` step handed to the trigger's report, after the
-  final view's reads; the same clock: one machine). The event's arrival is kept too (``resume_settle``
-  0 and the log-drain wait 0 in the bench, so it differs only by what follows the report).
+  final view's reads; the same clock: one machine); a job whose wait ended without such a report
+  counts the trigger event's arrival. The event's arrival is kept too (``resume_settle`` 0 and the
+  log-drain wait 0 in the bench, so it differs only by what follows the report). A change not seen
+  by the end of the run is left out of the percentiles and shows in ``changes seen``.
 * **CPU per job-poll (µs)**: the trigger process's CPU time in the window / job-status reads
   delivered to triggers in the window (``Progress`` steps reported), beside the ideal's CPU per GET.
 
@@ -154,9 +158,16 @@ class RunResult:
     events: dict[str, float] = field(default_factory=dict)  # job -> the trigger event's arrival (UNIX)
     outcomes: dict[str, int] = field(default_factory=dict)  # event status -> count
     unavailable: str = ""  # why the mode could not run
+    periodic: float = 0.0  # event reads per job-hour due every ``events_interval``, past the run (added)
+
+    def per_job_hour(self, scale: float) -> float:
+        """API calls per waiting job-hour at the reference interval: the window's, scaled, plus the
+        periodic event reads that fall outside any short run (:attr:`periodic`)."""
+        return self.calls_per_job_hour * scale + self.periodic
 
     @property
     def calls_per_job_hour(self) -> float:
+        """Measured in the window, unscaled."""
         return (
             self.calls / self.waiting / self.window * 3600 if self.waiting and self.window else float("nan")
         )
@@ -219,6 +230,7 @@ class _Counter:
 async def _triggers(args: argparse.Namespace, result: RunResult, jobs: list[str], cancels: set[str]) -> None:
     from airflow_training_provider.lifecycle.operations import Progress
     from airflow_training_provider.lifecycle.waiting import Polling
+    from airflow_training_provider.platforms import get_dialect
     from airflow_training_provider.triggers import training_job
 
     counter = _Counter()
@@ -242,6 +254,14 @@ async def _triggers(args: argparse.Namespace, result: RunResult, jobs: list[str]
     options: dict[str, Any] = {"poll_interval": args.interval, "resume_settle": 0.0}
     if "coalesce" in Polling.model_fields:
         options["coalesce"] = result.mode == "coalesced"
+    every = getattr(Polling(**options), "events_interval", None)
+    warm_up = args.interval + min(5.0, args.interval)
+    caps = get_dialect(result.platform).capabilities
+    if options.get("coalesce") and every and every > warm_up + args.window and not caps.events_in_job:
+        # Coalesced, a waiting job's events endpoint is read on a change and every events_interval
+        # after its first poll: none of those periodic reads falls in a short window. Added as their
+        # rate (one per events_interval per job), not measured.
+        result.periodic = 3600.0 / every if caps.events else 0.0
     conn_id = f"bench_{result.platform}"
     waiting = {"n": len(jobs)}
 
@@ -258,7 +278,7 @@ async def _triggers(args: argparse.Namespace, result: RunResult, jobs: list[str]
 
     tasks = [asyncio.ensure_future(wait(job_id)) for job_id in jobs]
     Path(args.started).write_text(json.dumps(time.time()))  # the parent times its cancels from here
-    await asyncio.sleep(args.interval + min(5.0, args.interval))  # warm-up: every first poll done
+    await asyncio.sleep(warm_up)  # every first poll done
     counter.counting, in_window["on"] = True, True
     cpu0, t0 = time.process_time(), time.monotonic()
     samples: list[int] = []
@@ -436,8 +456,10 @@ def run_size(
         latencies, event_latencies = [], []
         for job_id in cancels:
             changed = terminal_at(control.job(job_id))
-            if changed is not None and job_id in result.seen:
-                latencies.append(result.seen[job_id] - changed)
+            # the first terminal report; where none was made (an outcome other than the end), the event
+            seen = result.seen.get(job_id, result.events.get(job_id))
+            if changed is not None and seen is not None:
+                latencies.append(seen - changed)
             if changed is not None and job_id in result.events:
                 event_latencies.append(result.events[job_id] - changed)
         rows.append(Row(result, latencies, event_latencies, len(cancels), len(latencies)))
@@ -471,12 +493,13 @@ def _print_row(row: Row, scale: float) -> None:
         print(f"    {'ideal':9s}: {r.cpu_per_poll_us:6.0f} µs CPU per GET ({r.polls} GETs)", flush=True)
         return
     kinds = ", ".join(f"{k} {v}" for k, v in sorted(r.calls_by_kind.items(), key=lambda kv: -kv[1]))
+    periodic = f"; + {r.periodic:.1f}/job-hour of periodic event reads" if r.periodic else ""
     server = ""
     if row.server:
         server = f"; server counted {row.server.get('total')} for the platform, both modes, whole run"
     print(
-        f"    {r.mode:9s}: {r.calls_per_job_hour * scale:7.1f} calls/job-hour ({r.calls} in {r.window:.0f} s, "
-        f"{r.waiting:.0f} waiting: {kinds}), throttled {r.throttled}, seen {row.seen}/{row.cancelled} "
+        f"    {r.mode:9s}: {r.per_job_hour(scale):7.1f} calls/job-hour ({r.calls} in {r.window:.0f} s, "
+        f"{r.waiting:.0f} waiting: {kinds}{periodic}), throttled {r.throttled}, seen {row.seen}/{row.cancelled} "
         f"p50/p95 {pct(row.latencies, 0.5):.1f}/{pct(row.latencies, 0.95):.1f} s (event "
         f"{pct(row.event_latencies, 0.5):.1f}/{pct(row.event_latencies, 0.95):.1f} s), "
         f"{r.cpu_per_poll_us:.0f} µs CPU per job-poll ({r.polls} job-polls){server}",
@@ -491,9 +514,9 @@ def table(rows: list[Row], scale: float, interval: float) -> str:
         f" (scaled to {REFERENCE_INTERVAL:.0f} s)" if scale != 1 else ""
     )
     lines = [
-        f"| platform | jobs | polling | {per_hour} | throttled | change→seen p50 / p95 (s) "
+        f"| platform | jobs | polling | {per_hour} | throttled | changes seen | change→seen p50 / p95 (s) "
         "| CPU per job-poll (µs) | × bare GET |",
-        "|---|---:|---|---:|---:|---:|---:|---:|",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
         r = row.result
@@ -501,16 +524,16 @@ def table(rows: list[Row], scale: float, interval: float) -> str:
             continue
         name = PLATFORM_NAMES[r.platform]
         if r.unavailable:
-            lines.append(f"| {name} | {r.size:,} | {r.mode} | n/a | | | | |")
+            lines.append(f"| {name} | {r.size:,} | {r.mode} | n/a | | | | | |")
             continue
         base = ideal.get(r.size)
         ratio = f"{r.cpu_per_poll_us / base:.2f}" if base else ""
         lines.append(
-            f"| {name} | {r.size:,} | {r.mode} | {r.calls_per_job_hour * scale:.1f} | {r.throttled} "
+            f"| {name} | {r.size:,} | {r.mode} | {r.per_job_hour(scale):.1f} | {r.throttled} | {row.seen}/{row.cancelled} "
             f"| {pct(row.latencies, 0.5):.1f} / {pct(row.latencies, 0.95):.1f} | {r.cpu_per_poll_us:.0f} | {ratio} |"
         )
     for size, us in sorted(ideal.items()):
-        lines.append(f"| bare aiohttp GET + JSON | {size:,} | one job per GET | | | | {us:.0f} | 1.00 |")
+        lines.append(f"| bare aiohttp GET + JSON | {size:,} | one job per GET | | | | | {us:.0f} | 1.00 |")
     return "\n".join(lines)
 
 
@@ -529,7 +552,7 @@ def _plot(rows: list[Row], scale: float, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(8, 4.5))
     width = 0.8 / max(1, len(series))
     for s, (size, mode) in enumerate(series):
-        values = {r.platform: r.calls_per_job_hour * scale for r in runs if (r.size, r.mode) == (size, mode)}
+        values = {r.platform: r.per_job_hour(scale) for r in runs if (r.size, r.mode) == (size, mode)}
         xs = [p + (s - (len(series) - 1) / 2) * width for p in range(len(platforms))]
         ax.bar(xs, [values.get(p, 0) for p in platforms], width, label=f"{size:,} jobs, {mode}",
                hatch="" if mode == "coalesced" else "//")  # fmt: skip
@@ -611,7 +634,8 @@ def _figures(row: Row, scale: float) -> dict[str, Any]:
         "size": r.size,
         "mode": r.mode,
         "unavailable": r.unavailable,
-        "calls_per_job_hour": r.calls_per_job_hour * scale,
+        "calls_per_job_hour": r.per_job_hour(scale),
+        "periodic_events_per_job_hour": r.periodic,
         "calls_by_kind": r.calls_by_kind,
         "throttled": r.throttled,
         "cancelled": row.cancelled,
