@@ -417,58 +417,80 @@ def run_size(
         f"  {PLATFORM_NAMES[conn_type]}: {len(jobs)} jobs created in {time.monotonic() - t:.0f} s", flush=True
     )
     k = max(1, round(size * args.cancel_fraction))
+    # the ideal reads TensorOne jobs (this size's own, or made for it now: not while others are timed)
+    ideal_jobs = (jobs[:size] if conn_type == "tensorone" else _tensorone_jobs(size)) if ideal else []
     reset_server_counts(url)
     children = {}
-    for m, mode in enumerate(MODES):
-        own = jobs[m * size : (m + 1) * size]
-        cancels = own[:: max(1, size // k)][:k]
-        spec = {
-            "platform": conn_type,
-            "mode": mode,
-            "jobs": own,
-            "cancels": cancels,
-            "connection": connection,
-        }
-        children[mode] = (*_start_child(workdir, args, f"{conn_type}-{size}-{mode}", spec), cancels)
-    if ideal:
-        spec = {"platform": "tensorone", "mode": "ideal", "jobs": jobs[:size], "cancels": [], "url": url,
-                "connection": LOCAL_FIXTURES["tensorone"].connection_json(url)}  # fmt: skip
-        if conn_type != "tensorone":  # the ideal reads TensorOne jobs: those of this size's first run
-            spec["jobs"] = _tensorone_jobs(size)
-        children["ideal"] = (*_start_child(workdir, args, f"ideal-{size}", spec), [])
-    # cancels from the console, spread evenly over each process's window
-    schedule: list[tuple[float, str]] = []
-    for proc, job_file, started, cancels in children.values():
-        t0 = _wait_started(proc, started, job_file.with_suffix(".log"))
-        window_start = t0 + args.interval + min(5.0, args.interval)
-        # over the window's first part, so that each is seen within the window (one interval later)
-        spread = args.window - args.interval if args.window >= 2 * args.interval else args.window / 2
-        for i, job_id in enumerate(cancels):
-            schedule.append((window_start + (i + 0.5) * spread / len(cancels), job_id))
-    for at, job_id in sorted(schedule):
-        time.sleep(max(0.0, at - time.time()))
-        control.console_cancel(job_id, reason="bench: a state change at a known time")
     rows = []
-    for mode, (proc, job_file, _started, cancels) in children.items():
-        if proc.wait() != 0:
-            raise RuntimeError(f"bench process {mode} failed; see {job_file.with_suffix('.log')}")
-        result = RunResult(**json.loads(job_file.with_suffix(".out").read_text()))
-        latencies, event_latencies = [], []
-        for job_id in cancels:
-            changed = terminal_at(control.job(job_id))
-            # the first terminal report; where none was made (an outcome other than the end), the event
-            seen = result.seen.get(job_id, result.events.get(job_id))
-            if changed is not None and seen is not None:
-                latencies.append(seen - changed)
-            if changed is not None and job_id in result.events:
-                event_latencies.append(result.events[job_id] - changed)
-        rows.append(Row(result, latencies, event_latencies, len(cancels), len(latencies)))
+    try:
+        for m, mode in enumerate(MODES):
+            own = jobs[m * size : (m + 1) * size]
+            cancels = own[:: max(1, size // k)][:k]
+            spec = {
+                "platform": conn_type,
+                "mode": mode,
+                "jobs": own,
+                "cancels": cancels,
+                "connection": connection,
+            }
+            children[mode] = (*_start_child(workdir, args, f"{conn_type}-{size}-{mode}", spec), cancels)
+        if ideal:
+            spec = {"platform": "tensorone", "mode": "ideal", "jobs": ideal_jobs, "cancels": [], "url": url,
+                    "connection": LOCAL_FIXTURES["tensorone"].connection_json(url)}  # fmt: skip
+            children["ideal"] = (*_start_child(workdir, args, f"ideal-{size}", spec), [])
+        # cancels from the console, spread evenly over each process's window
+        schedule: list[tuple[float, str]] = []
+        for proc, job_file, started, cancels in children.values():
+            t0 = _wait_started(proc, started, job_file.with_suffix(".log"))
+            window_start = t0 + args.interval + min(5.0, args.interval)
+            # over the window's first part, so that each is seen within the window (one interval later)
+            spread = args.window - args.interval if args.window >= 2 * args.interval else args.window / 2
+            for i, job_id in enumerate(cancels):
+                schedule.append((window_start + (i + 0.5) * spread / len(cancels), job_id))
+        for at, job_id in sorted(schedule):
+            time.sleep(max(0.0, at - time.time()))
+            control.console_cancel(job_id, reason="bench: a state change at a known time")
+        for mode, (proc, job_file, _started, cancels) in children.items():
+            _finish(proc, job_file, mode, args)
+            result = RunResult(**json.loads(job_file.with_suffix(".out").read_text()))
+            latencies, event_latencies = [], []
+            for job_id in cancels:
+                changed = terminal_at(control.job(job_id))
+                # the first terminal report; where none was made (an outcome other than the end), the event
+                seen = result.seen.get(job_id, result.events.get(job_id))
+                if changed is not None and seen is not None:
+                    latencies.append(seen - changed)
+                if changed is not None and job_id in result.events:
+                    event_latencies.append(result.events[job_id] - changed)
+            rows.append(Row(result, latencies, event_latencies, len(cancels), len(latencies)))
+    finally:  # a failed run leaves no process of its own behind
+        for proc, *_rest in children.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     counts = server_counts(url)
     if counts is not None:
         for row in rows:
             if row.result.mode != "ideal":
                 row.server = counts.get(_engine_platform(conn_type))
     return rows
+
+
+def _finish(proc: subprocess.Popen, job_file: Path, mode: str, args: argparse.Namespace) -> None:
+    """Wait for a bench process (its warm-up, window and tail, and a minute); one that wrote its
+    figures but does not exit is killed (by its PID), one that wrote none is an error."""
+    out, log = job_file.with_suffix(".out"), job_file.with_suffix(".log")
+    try:
+        code = proc.wait(timeout=2 * args.interval + args.window + 15.0 + 60.0)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        if not out.exists():
+            raise RuntimeError(f"bench process {mode} did not finish; see {log}") from None
+        print(f"    ({mode}: its process did not exit after writing its figures: killed)", flush=True)
+        return
+    if code != 0 or not out.exists():
+        raise RuntimeError(f"bench process {mode} failed (exit {code}); see {log}")
 
 
 _TENSORONE_JOBS: dict[int, list[str]] = {}
