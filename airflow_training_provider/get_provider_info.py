@@ -61,6 +61,16 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "300",
                         "default": "0",
                     },
+                    "api_budget_share": {
+                        "description": "The part (0 < share <= 1) of each platform account's request "
+                        "rates (the platform's documented ones, or a connection's api_budget extra) this "
+                        "process takes. Triggerers and workers share no store: with N processes waiting "
+                        "on one account, give each 1/N (docs/scale.md).",
+                        "version_added": "0.1.0",
+                        "type": "float",
+                        "example": "0.5",
+                        "default": "1.0",
+                    },
                     "mark_failed_listener": {
                         "description": "Whether the API server cancels the job of a deferred training "
                         "task that a user sets to failed (itself or its DAG run) while no live triggerer "

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
+from airflow_training_provider.budget import AccountBudget, ApiRates, account_budget
 from airflow_training_provider.errors import PlatformAuthError
 from airflow_training_provider.platforms import get_platform
 from airflow_training_provider.platforms.base import Credentials, Dialect
@@ -38,6 +39,8 @@ class PlatformConnection:
     :ivar transport_extra: the connection extras minus the credentials the platform reads from them
         (proxies, ``verify``, extra headers... as the HTTP provider interprets them).
     :ivar service_urls: base URL of each companion service (:attr:`ApiRequest.service`).
+    :ivar api_rates: the account's requests per hour (the platform's documented rates, the
+        connection's ``api_budget`` extra over them).
     """
 
     conn_id: str
@@ -46,6 +49,7 @@ class PlatformConnection:
     credentials: Credentials = field(repr=False)
     transport_extra: dict[str, Any] = field(default_factory=dict)
     service_urls: dict[str, str] = field(default_factory=dict)
+    api_rates: ApiRates = ApiRates()
 
     @classmethod
     def resolve(cls, conn: Any) -> PlatformConnection:
@@ -63,6 +67,16 @@ class PlatformConnection:
             parts.credentials,
             parts.transport_extra,
             parts.service_urls,
+            parts.api_rates,
+        )
+
+    def budget(self) -> AccountBudget:
+        """This process's budget of the connection's account (:func:`account_budget`): one per
+        endpoint and credentials, whichever connection names them."""
+        return account_budget(
+            (self.base_url, self.credentials.fingerprint()),
+            self.api_rates,
+            f"connection {self.conn_id!r} ({self.platform.display_name})",
         )
 
     @property

@@ -139,9 +139,10 @@ class TrainingPlatformHook(JobApi, HttpHook):
                 except Exception as exc:  # noqa: BLE001 - the operation decides what it means
                     error = exc
             elif isinstance(step, Sleep):
+                seconds = self._stretched(step)
                 if stop is None:
-                    time.sleep(step.seconds)
-                elif stop.wait(step.seconds):
+                    time.sleep(seconds)
+                elif stop.wait(seconds):
                     operation.close()
                     raise WaitInterrupted()
             elif report is not None:
@@ -166,7 +167,29 @@ class TrainingPlatformHook(JobApi, HttpHook):
             raise self.platform_connection.explain_auth_error(exc) from None
         raise AssertionError("unreachable")  # pragma: no cover
 
+    def _stretched(self, step: Sleep) -> float:
+        """A poll's sleep stretched by the account budget's factor (never past its deadline)."""
+        if not step.poll:
+            return step.seconds
+        factor = self.platform_connection.budget().stretch()
+        if factor <= 1:
+            return step.seconds
+        return step.seconds * factor if step.limit is None else min(step.seconds * factor, step.limit)
+
     def _send(self, request: ApiRequest) -> Any:
+        """One send, in its slot of the account's budget (reads paced, writes and creates first;
+        :mod:`~airflow_training_provider.budget`), which learns how it was answered."""
+        budget = self.platform_connection.budget()
+        budget.acquire_sync(request.kind)  # type: ignore[arg-type]
+        try:
+            answer = self._send_now(request)
+        except TransientPlatformError as exc:
+            budget.answered(exc)
+            raise
+        budget.answered(None)
+        return answer
+
+    def _send_now(self, request: ApiRequest) -> Any:
         session = self.session
         conn = self.platform_connection
         http = self._prepare(request)

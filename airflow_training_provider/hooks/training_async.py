@@ -11,6 +11,7 @@ reuses a connection instead of opening one (a TLS handshake per poll against a r
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -23,12 +24,14 @@ from airflow.sdk.bases.hook import BaseHook
 from tenacity import AsyncRetrying
 from yarl import URL
 
+from airflow_training_provider.budget import AccountBudget
 from airflow_training_provider.errors import PlatformAuthError, TransientPlatformError
+from airflow_training_provider.hooks.coalescing import StatusPoller, poller_for, release_poller
 from airflow_training_provider.hooks.connection import PlatformConnection
 from airflow_training_provider.hooks.job_api import JobApi
 from airflow_training_provider.hooks.transport import PreparedRequests, RetryPolicy, decode_response
 from airflow_training_provider.lifecycle.operations import JobOperations, Operation, Sleep, advance
-from airflow_training_provider.platforms.base import ApiRequest
+from airflow_training_provider.platforms.base import ApiRequest, Dialect
 
 #: seconds an idle connection is kept for the next poll (aiohttp's default, 15 s, is shorter than a
 #: poll interval); a connection the server closed meanwhile is re-opened by aiohttp for a GET.
@@ -131,17 +134,17 @@ class AsyncTrainingPlatformHook(HttpAsyncHook):
                 cookie_jar=aiohttp.DummyCookieJar(),  # shared: no cookie of one trigger reaches another
             )
 
-        shared = _acquire(
-            (
-                platform.base_url,
-                platform.credentials.fingerprint(),  # a digest: no secret in the key
-                tuple(sorted(headers.items())),
-                tuple(sorted(options.items())),
-                self.retry_policy.call_timeout,
-            ),
-            make,
+        key = (
+            platform.base_url,
+            platform.credentials.fingerprint(),  # a digest: no secret in the key
+            tuple(sorted(headers.items())),
+            tuple(sorted(options.items())),
+            self.retry_policy.call_timeout,
         )
-        client = AsyncTrainingPlatformClient(shared[1].session, platform, self.retry_policy, options)
+        shared = _acquire(key, make)
+        client = AsyncTrainingPlatformClient(
+            shared[1].session, platform, self.retry_policy, options, platform.budget(), key
+        )
         return client, shared
 
 
@@ -149,19 +152,23 @@ class _OpenClient:
     """The ``async with`` of :meth:`AsyncTrainingPlatformHook.client`: a plain object rather than
     a generator, so that a waiting trigger holds two small objects instead of a suspended frame."""
 
-    __slots__ = ("_hook", "_shared")
+    __slots__ = ("_hook", "_shared", "_client")
 
     def __init__(self, hook: AsyncTrainingPlatformHook) -> None:
         self._hook: AsyncTrainingPlatformHook | None = hook
         self._shared: tuple[tuple[Any, ...], _Shared] | None = None
+        self._client: AsyncTrainingPlatformClient | None = None
 
     async def __aenter__(self) -> AsyncTrainingPlatformClient:
         assert self._hook is not None, "a hook.client() context is entered once"
-        client, self._shared = await self._hook._open()
+        self._client, self._shared = await self._hook._open()
         self._hook = None
-        return client
+        return self._client
 
     async def __aexit__(self, *exc_info: object) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            client.leave()
         if self._shared is not None:
             shared, self._shared = self._shared, None
             await _release(*shared)
@@ -169,7 +176,13 @@ class _OpenClient:
 
 class AsyncTrainingPlatformClient(JobApi):
     """The job API over one open ``aiohttp`` session (its methods return awaitables); made by
-    :meth:`AsyncTrainingPlatformHook.client`."""
+    :meth:`AsyncTrainingPlatformHook.client`.
+
+    Every request waits for its slot in the account's ``budget`` (reads paced, writes and creates
+    first; :mod:`~airflow_training_provider.budget`) and tells it how it was answered; a poll's
+    sleep is stretched by the budget's factor. A client that :meth:`coalesce`-s a job answers its
+    status reads from the connection's shared poller (:mod:`~airflow_training_provider.hooks.coalescing`).
+    """
 
     ops: JobOperations
 
@@ -179,7 +192,14 @@ class AsyncTrainingPlatformClient(JobApi):
         connection: PlatformConnection,
         retry_policy: RetryPolicy,
         request_options: dict[str, Any] | None = None,
+        budget: AccountBudget | None = None,
+        key: tuple[Any, ...] = (),
     ) -> None:
+        self.budget = budget
+        self._key = key
+        self.poller: StatusPoller | None = None
+        self._members: list[str] = []
+        self._demand: int | None = None
         self.session = session
         self.connection = connection
         self.dialect = connection.dialect
@@ -191,11 +211,56 @@ class AsyncTrainingPlatformClient(JobApi):
         )
         self._url: tuple[str, URL] = ("", URL())  # the last URL sent, parsed: a poll sends the same one
 
+    # -- coalescing and the budget's demand ----------------------------------------------------------
+    def can_coalesce(self, needs_full_rows: bool = False) -> bool:
+        """Whether the platform has a batch status read (and, when ``needs_full_rows``, one whose
+        rows are whole jobs: a guard judges every poll's metrics)."""
+        dialect = self.dialect
+        if type(dialect).status_batch_request is Dialect.status_batch_request:
+            return False
+        return dialect.batch_rows_complete or not needs_full_rows
+
+    def coalesce(self, job_id: str, interval: float) -> None:
+        """Answer job ``job_id``'s status reads from the connection's shared poller (polling every
+        ``interval`` s); left when the client's ``async with`` ends."""
+        if self.budget is None:
+            return
+        self.poller = poller_for((*self._key, self.dialect.name), self, self.budget)
+        self.poller.join(job_id, interval)
+        self._members.append(job_id)
+
+    def plan(self, reads_per_second: float) -> None:
+        """Register this client's planned reads per second in the account's budget (its polls at
+        the asked interval), which stretches every interval when the account's pollers ask for more
+        than it allows; unregistered when the client's ``async with`` ends."""
+        if self.budget is None:
+            return
+        if self._demand is None:
+            self._demand = self.budget.register(reads_per_second)
+        else:
+            self.budget.update(self._demand, reads_per_second)
+
+    def leave(self) -> None:
+        """Leave the shared poller and the budget's plan (the end of the client's ``async with``)."""
+        for job_id in self._members:
+            release_poller((*self._key, self.dialect.name), job_id)
+        self._members.clear()
+        self.poller = None
+        if self.budget is not None and self._demand is not None:
+            self.budget.unregister(self._demand)
+            self._demand = None
+
     async def drive(self, operation: Operation[Any], report: Callable[[Any], Any] | None = None) -> Any:
         """Run a lifecycle operation to its result (see ``TrainingPlatformHook.drive``); ``report``
-        may return an awaitable (awaited before the operation goes on) or ``None``."""
+        may return an awaitable (awaited before the operation goes on) or ``None``.
+
+        A status read marked :attr:`ApiRequest.status_of` goes to the shared poller (when the job
+        :meth:`coalesce`-s), except right after a sleep that reached the deadline; a poll's sleep
+        is stretched by the budget's factor (never past its deadline), said once in the log."""
         reply: Any = None
         error: BaseException | None = None
+        at_deadline = False
+        noted = False
         while True:
             done, step = advance(operation, reply, error)
             if done:
@@ -203,13 +268,34 @@ class AsyncTrainingPlatformClient(JobApi):
             reply = error = None
             if isinstance(step, ApiRequest):
                 try:
-                    reply = await self.call(step)
+                    if step.status_of is not None and self.poller is not None and not at_deadline:
+                        reply = await self._status(step, self.poller)
+                    else:
+                        reply = await self.call(step)
                 except Exception as exc:  # noqa: BLE001 - the operation decides what it means
                     error = exc
             elif isinstance(step, Sleep):
-                await asyncio.sleep(step.seconds)
+                seconds = step.seconds
+                if step.poll and self.budget is not None and (factor := self.budget.stretch()) > 1:
+                    seconds = seconds * factor if step.limit is None else min(seconds * factor, step.limit)
+                    if not noted:
+                        noted = True
+                        self.ops.warned_at = time.monotonic()
+                        self.ops.log.warning("%s", self.budget.stretch_note(step.seconds))
+                at_deadline = step.limit is not None and seconds >= step.limit
+                await asyncio.sleep(seconds)
             elif report is not None and (outcome := report(step)) is not None:
                 await outcome
+
+    async def _status(self, request: ApiRequest, poller: StatusPoller) -> Any:
+        """A waiting job's status from the shared poller, or its own read when the poller says so."""
+        job_id = request.status_of
+        assert job_id is not None
+        job = await poller.status(job_id)
+        if job is None:
+            job = await self.call(request)
+            poller.own_read(job_id, job)
+        return job
 
     async def call(self, request: ApiRequest) -> Any:
         """Send ``request``; return the decoded JSON body. The happy call is one send: retries
@@ -232,6 +318,19 @@ class AsyncTrainingPlatformClient(JobApi):
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _send(self, request: ApiRequest) -> Any:
+        budget = self.budget
+        if budget is None:
+            return await self._send_now(request)
+        await budget.acquire(request.kind)  # type: ignore[arg-type]
+        try:
+            answer = await self._send_now(request)
+        except TransientPlatformError as exc:
+            budget.answered(exc)
+            raise
+        budget.answered(None)
+        return answer
+
+    async def _send_now(self, request: ApiRequest) -> Any:
         conn = self.connection
         if conn.credentials.source is None:
             http = self._prepare(request)

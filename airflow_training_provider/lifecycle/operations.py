@@ -58,9 +58,15 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Sleep:
-    """Wait ``seconds`` before going on."""
+    """Wait ``seconds`` before going on.
+
+    :ivar poll: the wait between two polls of a job: a driver pacing the account's budget may
+        stretch it (:meth:`~airflow_training_provider.budget.AccountBudget.stretch`), never past
+        ``limit`` seconds (the deadline)."""
 
     seconds: float
+    poll: bool = False
+    limit: float | None = None
 
 
 @dataclass(frozen=True)
@@ -312,6 +318,10 @@ class JobOperations:
     def _call(self, request: ApiRequest, budget: float | None = None) -> Operation[Any]:
         return (yield request if budget is None else replace(request, budget=budget))
 
+    def linked(self, job: TrainingJob) -> TrainingJob:
+        """``job`` (just parsed, this object's) with its console link."""
+        return self._linked(job)
+
     def _linked(self, job: TrainingJob) -> TrainingJob:
         if not job.console_url:  # the job was just parsed and is ours: set it, no copy (every poll)
             if self._console[0] != job.id:  # a poll asks for the same job's link every time
@@ -331,7 +341,7 @@ class JobOperations:
         :raises MalformedResponseError: the create answer does not read as a job (the create may
             have landed: it is not re-sent).
         """
-        request = self.dialect.create_request(spec)
+        request = replace(self.dialect.create_request(spec), kind="create")
         try:
             body = yield from self._call(request)
         except JobAlreadyExistsError:
@@ -451,7 +461,7 @@ class JobOperations:
         cancel = self.dialect.effective_cancel(cancel)
         if not cancel.force and (skipped := no_cancel_needed((yield from self.get_job(job_id)))):
             return skipped
-        request = self.dialect.cancel_request(job_id, cancel)
+        request = replace(self.dialect.cancel_request(job_id, cancel), kind="write")
         try:
             body = yield from self._call(request)
         except JobStateConflictError:
@@ -472,6 +482,8 @@ class JobOperations:
         cursor: int | None = None,
         watch: GuardWatch | None = None,
         logs: LogFollow | None = None,
+        coalesce: bool = False,
+        events_every: float | None = None,
     ) -> Operation[tuple[TrainingJob, int | None]]:
         """Poll job ``job_id`` every ``interval`` s until ``until(job)`` holds or the clock reaches
         ``deadline`` (absolute, ``clock`` seconds); each poll is reported (:class:`Progress`).
@@ -488,22 +500,34 @@ class JobOperations:
         read within one ``interval`` and never past the ``deadline``; once the job ended, its tail
         before it returns: :meth:`log_tail`) and moves ``logs.cursor`` past them.
 
+        :param coalesce: every status read is marked :attr:`ApiRequest.status_of`, so a driver
+            with a batch read may answer it from there (it sends the first one: the job's own read
+            proves the job exists and gives its whole view).
+        :param events_every: read the events endpoint only when the job's state, status or message
+            changed since the last read, once it ended, and at least every ``events_every`` seconds
+            (``None``: at every poll). The events themselves are still each reported once.
         :returns: the last job seen and the event cursor after it.
         :raises TransientPlatformError: polls kept failing for longer than ``budget`` seconds.
         """
-        streaming = cursor is not None and self.dialect.capabilities.events
+        caps = self.dialect.capabilities
+        streaming = cursor is not None and caps.events
         # built once for the loop; the answer is read straight into the job by _read_poll
         request = replace(self.dialect.get_request(job_id), budget=budget, reader=self._read_poll)
+        status = replace(request, status_of=job_id) if coalesce else request
+        events_key: tuple | None = None
+        events_at = float("-inf")
         while True:
-            job = yield request
+            job = yield status
             events = None
             if streaming and cursor is not None:  # (streaming implies a cursor)
-                if self.dialect.capabilities.events_in_job:
+                if caps.events_in_job:
                     events = job.events
-                else:  # unreadable: none this poll, the cursor kept (they are reported once readable)
+                elif self._events_due(job, events_every, events_key, events_at):
+                    # unreadable: none this poll, the cursor kept (they are reported once readable)
+                    events_key, events_at = (job.state, job.raw_status, job.message), self.clock()
                     read = self._events_read(job_id)
                     events = (yield from self._optional(EVENTS, job_id, read)) or []
-                if len(events) > cursor:
+                if events is not None and len(events) > cursor:
                     yield NewEvents(tuple(events[cursor:]), len(events))
                     cursor = len(events)
             if logs is not None:  # bounded: the next poll (and the deadline's cancel) must not wait on it
@@ -525,7 +549,19 @@ class JobOperations:
             if until(job) or (deadline is not None and now >= deadline):
                 return job, cursor
             job = events = None  # not kept while sleeping: thousands of triggers wait at once
-            yield Sleep(interval if deadline is None else max(0.0, min(interval, deadline - now)))
+            if deadline is None:
+                yield Sleep(interval, poll=True)
+            else:
+                left = max(0.0, deadline - now)
+                yield Sleep(min(interval, left), poll=True, limit=left)
+
+    def _events_due(
+        self, job: TrainingJob, every: float | None, last_key: tuple | None, last_at: float
+    ) -> bool:
+        """Whether a poll reads the events endpoint (see :meth:`poll`'s ``events_every``)."""
+        if every is None or job.is_terminal:
+            return True
+        return (job.state, job.raw_status, job.message) != last_key or self.clock() - last_at >= every
 
     def follow_log(
         self, job: TrainingJob, logs: LogFollow, pages: int, until: float | None = None

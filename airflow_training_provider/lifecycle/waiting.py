@@ -40,6 +40,11 @@ class Polling(BaseModel):
         from ``defer()`` ("finished with state success, but the task instance's state attribute
         is queued", apache/airflow#71580); the task then fails without its own message. Only a
         job that ends within seconds of the deferral waits.
+    :ivar coalesce: in a triggerer, the waiting jobs of one connection share one poller that reads
+        many jobs per call where the platform can (``docs/scale.md``); a job's own reads are made
+        when that read shows a change, and at its end. ``False``: every job is polled on its own.
+    :ivar events_interval: coalesced, a job's events endpoint is read when its state, status or
+        message changed, at its end, and otherwise at least this often (seconds).
     :ivar spread_polls: a trigger's first poll waits for its job's slot in the interval (a fixed
         phase from the job id), so the polls of many triggers are spread over the interval and a
         restarted triggerer does not poll them all at once; each job keeps its phase across restarts.
@@ -53,6 +58,8 @@ class Polling(BaseModel):
     clear_grace: Seconds = 10.0
     resume_settle: Seconds = 10.0
     spread_polls: bool = True
+    coalesce: bool = True
+    events_interval: Seconds = Field(1800.0, gt=0)
 
 
 class _Outcome(BaseModel):
@@ -138,6 +145,7 @@ def wait_for_job(
     deadline_kind: DeadlineKind = "execution_timeout",
     guards: Guards | None = None,
     logs: LogFollow | None = None,
+    coalesce: bool = False,
 ) -> Operation[JobFinished | DeadlineReached | LostContact | PollFailed | GuardStopped]:
     """Wait until job ``job_id`` ends, the ``deadline`` (absolute UNIX seconds) passes, or the
     platform is lost for longer than ``polling.outage_budget``.
@@ -151,6 +159,8 @@ def wait_for_job(
     :param guards: stop the job when one of them fires (:class:`GuardStopped`).
     :param logs: follow the job's program log from ``logs.cursor`` (``stream_logs``): its new lines
         are reported at each poll, the last ones before the wait ends (see ``JobOperations.poll``).
+    :param coalesce: the driver answers status reads from a batch read (a triggerer's coalesced
+        polling): the events endpoint is then read on a change and every ``polling.events_interval``.
     """
     watch = GuardWatch(guards, ops.clock) if guards is not None and guards.any else None
     try:
@@ -163,6 +173,8 @@ def wait_for_job(
             event_cursor,
             watch,
             logs,
+            coalesce,
+            polling.events_interval if coalesce else None,
         )
     except TransientPlatformError as exc:
         return LostContact(

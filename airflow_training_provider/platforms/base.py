@@ -364,6 +364,12 @@ class ApiRequest:
         bytes), not by dialects.
     :ivar timeout: seconds allowed for this call when fewer than the hook's ``call_timeout``; set
         by the job lifecycle (a program-log read bounded by the next poll), not by dialects.
+    :ivar kind: what the call costs in the account's budget (:mod:`~airflow_training_provider.budget`):
+        ``read`` (the default), ``write`` (a cancel) or ``create``; set by the job lifecycle.
+    :ivar status_of: the status read of waiting job ``status_of`` (a poll after the first): a
+        driver that reads many jobs per call (the triggerer's coalesced polling,
+        :mod:`~airflow_training_provider.hooks.coalescing`) may answer it from its batch read
+        instead of sending it; set by the job lifecycle.
     :ivar service: a companion service of the platform the call goes to instead of the job API
         (SageMaker's program logs: ``logs``, CloudWatch Logs); the connection names its base URL
         (:attr:`~airflow_training_provider.platforms.descriptor.ConnectionParts.service_urls`) and
@@ -381,6 +387,8 @@ class ApiRequest:
     reader: Callable[[bytes | str], Any] | None = field(default=None, compare=False, repr=False)
     service: str | None = None
     timeout: float | None = None
+    kind: str = "read"
+    status_of: str | None = None
 
 
 @dataclass
@@ -418,6 +426,19 @@ class LogPage:
     lines: tuple[str, ...]
     cursor: str | None
     more: bool
+
+
+@dataclass(frozen=True)
+class StatusBatch:
+    """One page of a batch status read (:meth:`Dialect.parse_status_batch`).
+
+    :ivar jobs: the jobs the page lists (any of them, not only those asked for), as
+        :meth:`Dialect.parse_job` reads a row.
+    :ivar next_page: the token of the next page (opaque; the dialect's), ``None``: the last page.
+    """
+
+    jobs: list[TrainingJob]
+    next_page: str | None = None
 
 
 @dataclass(frozen=True)
@@ -762,6 +783,41 @@ class Dialect(ABC):
         :raises Exception: any of :data:`MALFORMED_ERRORS` on an answer of another shape.
         """
         return LogPage((), cursor, False)
+
+    #: most job ids one batch status request names (:meth:`status_batch_request`); the coalesced
+    #: poller splits the waiting jobs into groups of this many, one request (and its pages) each
+    batch_size: ClassVar[int] = 100
+    #: a row of the batch read is the whole job as :meth:`parse_job` reads a Get job answer
+    #: (SageMaker ``Search``, ModelArts' job search): it answers a poll. ``False``: a row is
+    #: partial (PAI's list has no metrics): it only says whether the job changed, and a job that
+    #: changed is read on its own.
+    batch_rows_complete: ClassVar[bool] = False
+
+    def status_batch_request(
+        self, job_ids: list[str], page: str | None = None, created_after: datetime | None = None
+    ) -> ApiRequest | None:
+        """A read of many jobs' status in one call, for a triggerer's coalesced polling: the jobs
+        ``job_ids`` (at most :attr:`batch_size`) or a list that holds them (every live job of the
+        account); its answer is read by :meth:`parse_status_batch`.
+
+        Wire source: SageMaker ``Search`` by ``TrainingJobName``, PAI ``ListTrainingJobs``,
+        ModelArts' training job search, Together's and TensorOne's job lists
+        (``docs/platforms/<platform>.md``, "Batch reads").
+
+        :param page: the token of the page to read (:attr:`StatusBatch.next_page`), ``None``: the first.
+        :param created_after: the oldest creation time among ``job_ids`` where known (UTC), for a
+            list bounded in time (PAI's 7 days).
+        :returns: the request, or ``None`` (the default): no batch read, every job is polled on its own.
+        """
+        return None
+
+    def parse_status_batch(self, body: Any) -> StatusBatch:
+        """The jobs of one page of a batch status read (:meth:`status_batch_request`), a row that
+        does not read as a job left out (logged, :meth:`listed_jobs`), and the next page's token.
+
+        :raises Exception: any of :data:`MALFORMED_ERRORS` on an answer of another shape.
+        :raises NotImplementedError: no batch read (the default)."""
+        raise NotImplementedError(f"{self.name} has no batch status read")
 
     def tagged_job_request(self, job_id: str) -> ApiRequest | None:
         """A request whose answer (read with :meth:`parse_list`) holds job ``job_id`` with its tags,

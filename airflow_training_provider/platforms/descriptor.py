@@ -13,6 +13,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from airflow_training_provider.budget import EXTRA_KEY as BUDGET_EXTRA
+from airflow_training_provider.budget import ApiRates
 from airflow_training_provider.errors import PlatformAuthError
 from airflow_training_provider.platforms.base import Dialect
 from airflow_training_provider.platforms.credentials import Credentials, CredentialSource, connection_fields
@@ -55,6 +57,7 @@ class ConnectionParts:
     base_url: str
     transport_extra: dict[str, Any] = field(default_factory=dict)
     service_urls: dict[str, str] = field(default_factory=dict)
+    api_rates: ApiRates = ApiRates()
 
 
 #: the Airflow connection fields a credential may come from, besides ``extra.<key>``.
@@ -77,6 +80,10 @@ class PlatformDescriptor:
     :ivar required_credentials: credentials fields a connection must set; checked before any call.
     :ivar labels: form label of each credentials field (and of ``"host"``).
     :ivar placeholders: form placeholder of each credentials field (and of ``"host"``).
+    :ivar api_rates: the requests per hour the vendor documents for an account on its own
+        endpoint (:class:`~airflow_training_provider.budget.ApiRates`; TensorOne's 500 reads, 50
+        writes and 10 creates); none by default: not paced, backed off when throttled. A
+        connection's ``api_budget`` extra overrides them (:meth:`rates_of`).
     :ivar credentials_class: the :class:`~airflow_training_provider.platforms.credentials.Credentials`
         (sub)class the connection is read into: a platform with credentials of its own (an OAuth
         client id and secret, a workspace) subclasses it and names the subclass here.
@@ -93,6 +100,7 @@ class PlatformDescriptor:
     labels: Mapping[str, str] = field(default_factory=lambda: {"api_key": "API key"})
     placeholders: Mapping[str, str] = field(default_factory=dict)
     credentials_class: type[Credentials] = Credentials
+    api_rates: ApiRates = ApiRates()
 
     def __post_init__(self) -> None:
         known = connection_fields(self.credentials_class)
@@ -137,11 +145,32 @@ class PlatformDescriptor:
         source = self.credential_source(credentials, conn)
         if source is not None:
             credentials = replace(credentials, source=source)
-        reserved = {k for key in self.extra_keys for k in (key, f"extra__{self.conn_type}__{key}")}
-        extra = {k: v for k, v in (conn.extra_dejson or {}).items() if k not in reserved}
+        base_url = base_url_of(conn.host, conn.schema, conn.port, self.default_url(credentials))
         return ConnectionParts(
-            credentials, base_url_of(conn.host, conn.schema, conn.port, self.default_url(credentials)), extra
+            credentials, base_url, self.transport_extra(conn), api_rates=self.rates_of(conn, base_url)
         )
+
+    def transport_extra(self, conn: Any) -> dict[str, Any]:
+        """Connection ``conn``'s extras for the HTTP session: without the credentials read from
+        them and without ``api_budget`` (neither is ever sent as a header)."""
+        reserved = {k for key in self.extra_keys for k in (key, f"extra__{self.conn_type}__{key}")}
+        reserved.add(BUDGET_EXTRA)
+        return {k: v for k, v in (conn.extra_dejson or {}).items() if k not in reserved}
+
+    def rates_of(self, conn: Any, base_url: str) -> ApiRates:
+        """The account's requests per hour for connection ``conn`` reaching ``base_url``:
+        :attr:`api_rates` (the vendor's documented rates, for its own endpoint only: another host —
+        the local training platform, an enterprise endpoint with other limits — has none unless
+        declared) with the connection's ``api_budget`` extra over them.
+
+        :raises ValueError: the extra is malformed (named, with what is expected)."""
+        vendor = urlsplit(base_url).hostname == urlsplit(self.default_base_url).hostname
+        try:
+            return (self.api_rates if vendor else ApiRates()).merged(
+                (conn.extra_dejson or {}).get(BUDGET_EXTRA)
+            )
+        except ValueError as exc:
+            raise ValueError(f"Connection {conn.conn_id!r}: {exc}") from None
 
     def credential_source(self, credentials: Credentials, conn: Any) -> CredentialSource[Any] | None:
         """Where expiring credentials come from for connection ``conn``, read into ``credentials``

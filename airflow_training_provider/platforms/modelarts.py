@@ -675,10 +675,11 @@ class ModelArtsPlatformDescriptor(PlatformDescriptor):
                 ) from None
         region = credentials.region or DEFAULT_REGION
         credentials = replace(credentials, region=region)
-        reserved = {k for key in self.extra_keys for k in (key, f"extra__{self.conn_type}__{key}")}
-        extra = {k: v for k, v in (conn.extra_dejson or {}).items() if k not in reserved}
         host = base_url_of(conn.host, conn.schema, conn.port, endpoint_of(region))
-        return ConnectionParts(credentials, project_root(host, cast(str, credentials.project)), extra)
+        base_url = project_root(host, cast(str, credentials.project))
+        return ConnectionParts(
+            credentials, base_url, self.transport_extra(conn), api_rates=self.rates_of(conn, base_url)
+        )
 
     def default_url(self, credentials: Credentials) -> str:
         return project_root(endpoint_of(credentials.region or DEFAULT_REGION), credentials.project or "")

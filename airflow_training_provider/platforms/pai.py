@@ -689,10 +689,10 @@ class PaiPlatformDescriptor(PlatformDescriptor):
         if not (credentials.access_key_id and credentials.secret_access_key):
             source = _credential_chain(conn.conn_id, self.display_name)
         credentials = replace(credentials, region=region, source=source)
-        reserved = {k for key in self.extra_keys for k in (key, f"extra__{self.conn_type}__{key}")}
-        extra = {k: v for k, v in (conn.extra_dejson or {}).items() if k not in reserved}
         base_url = base_url_of(conn.host, conn.schema, conn.port, endpoint_of(region))
-        return ConnectionParts(credentials, base_url, extra)
+        return ConnectionParts(
+            credentials, base_url, self.transport_extra(conn), api_rates=self.rates_of(conn, base_url)
+        )
 
     def default_url(self, credentials: Credentials) -> str:
         return endpoint_of(credentials.region or DEFAULT_REGION)

@@ -56,6 +56,7 @@ from airflow_training_provider.platforms.base import (
     Dialect,
     HttpRequest,
     LogPage,
+    StatusBatch,
     WireModel,
     local_cost_usd,
     local_final_checkpoint,
@@ -83,6 +84,10 @@ LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 LOG_EVENTS_PER_PAGE = 1000
 NAME_PATTERN = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
 MAX_NAME = 63
+#: Search ``Filter.Value`` is at most 1,024 characters; a ``SearchExpression`` holds at most 20
+#: sub-expressions (Search API reference)
+SEARCH_VALUE_LIMIT = 1024
+SEARCH_MAX_SUBEXPRESSIONS = 20
 TAG_KEY_PREFIX = "airflow-"
 
 #: secondary statuses of an ``InProgress`` job that are still provisioning, not training.
@@ -414,6 +419,40 @@ class SageMakerDialect(Dialect):
             body["SearchExpression"] = {"Filters": filters, "Operator": "And"}
         return self._op("Search", body)
 
+    #: ``Search`` answers up to 100 records a page (``MaxResults``)
+    batch_size = 100
+    #: a ``Search`` record is the whole ``TrainingJob``, as ``DescribeTrainingJob`` answers it
+    batch_rows_complete = True
+
+    def status_batch_request(
+        self, job_ids: list[str], page: str | None = None, created_after: datetime | None = None
+    ) -> ApiRequest:
+        """``Search`` (Resource ``TrainingJob``) for the jobs named ``job_ids``: ``TrainingJobName``
+        ``In`` filters of at most 1,024 characters each (a filter value's limit), ORed as
+        sub-expressions (at most 20), ``MaxResults`` 100, ``NextToken`` = ``page`` (Search API
+        reference, ``SearchExpression``, ``Filter``)."""
+        groups: list[list[str]] = [[]]
+        for name in job_ids:
+            if groups[-1] and len(",".join([*groups[-1], name])) > SEARCH_VALUE_LIMIT:
+                groups.append([])
+            groups[-1].append(name)
+        expression = {
+            "SubExpressions": [
+                {"Filters": [{"Name": "TrainingJobName", "Operator": "In", "Value": ",".join(g)}]}
+                for g in groups[:SEARCH_MAX_SUBEXPRESSIONS]
+            ],
+            "Operator": "Or",
+        }
+        body: dict[str, Any] = {"Resource": "TrainingJob", "SearchExpression": expression, "MaxResults": 100}
+        if page:
+            body["NextToken"] = page
+        return self._op("Search", body)
+
+    def parse_status_batch(self, body: Any) -> StatusBatch:
+        """The ``Search`` page's ``TrainingJob`` records and its ``NextToken``."""
+        wire = WireSearch.model_validate(body or {})
+        return StatusBatch(self.listed_jobs(wire.Results, self._search_row), wire.NextToken or None)
+
     def tagged_job_request(self, job_id: str) -> ApiRequest:
         """``DescribeTrainingJob`` has no tags; ``Search`` by name returns the job with them."""
         filters = [{"Name": "TrainingJobName", "Operator": "Equals", "Value": job_id}]
@@ -688,7 +727,9 @@ class AwsPlatformDescriptor(PlatformDescriptor):
         credentials = Credentials(
             access_key_id=source.access_key, region=region, source=BotocoreCredentials(source, key)
         )
-        return ConnectionParts(credentials, base_url, {}, {LOGS_SERVICE: logs_url})
+        return ConnectionParts(
+            credentials, base_url, {}, {LOGS_SERVICE: logs_url}, self.rates_of(conn, base_url)
+        )
 
     @property
     def credential_hint(self) -> str:

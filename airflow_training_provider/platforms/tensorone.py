@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import ConfigDict, Field, PositiveInt
 
+from airflow_training_provider.budget import ApiRates
 from airflow_training_provider.errors import InvalidJobSpecError
 from airflow_training_provider.models import (
     CancelRequest,
@@ -472,4 +473,7 @@ PLATFORM = PlatformDescriptor(
     default_base_url="https://api.tensorone.ai",
     docs_url="https://docs.tensorone.ai",
     placeholders={"api_key": "tpo_live_..."},
+    # "Rate limits": training API, per account and hour: GET /training/* 500, PUT /training/* 50,
+    # POST /training/jobs 10 (a cancel is a write)
+    api_rates=ApiRates(read_per_hour=500, write_per_hour=50, create_per_hour=10),
 )

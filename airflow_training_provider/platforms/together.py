@@ -23,6 +23,7 @@ job's ``message`` when the job object embeds its events.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from datetime import datetime
@@ -30,7 +31,12 @@ from typing import Any, cast
 
 from pydantic import Field, PositiveInt, field_validator, model_validator
 
-from airflow_training_provider.errors import InvalidJobSpecError, JobStateConflictError, TrainingPlatformError
+from airflow_training_provider.errors import (
+    InvalidJobSpecError,
+    JobStateConflictError,
+    TrainingPlatformError,
+    TransientPlatformError,
+)
 from airflow_training_provider.models import (
     METRIC_HISTORY_POINTS,
     CancelRequest,
@@ -549,13 +555,31 @@ class TogetherDialect(Dialect):
         self, status: int, headers: Mapping[str, str], body: Any, text: str = ""
     ) -> TrainingPlatformError:
         """As the base class; additionally a 400/422 saying the job cannot be cancelled (already ended)
-        is a :class:`JobStateConflictError`, so callers resolve it the way they resolve a 409."""
+        is a :class:`JobStateConflictError`, so callers resolve it the way they resolve a 409, and a
+        throttle without ``Retry-After`` waits what ``x-ratelimit-reset`` suggests (seconds)."""
         err = super().classify_error(status, headers, body, text)
+        if isinstance(err, TransientPlatformError) and err.retry_after is None:
+            err.retry_after = _ratelimit_reset(headers)
         if status in (400, 422) and (
             (err.code or "").lower() in _CONFLICT_CODES or _CANCEL_CONFLICT.search(err.message or "")
         ):
             return JobStateConflictError(err.message, status=status, code=err.code, request_id=err.request_id)
         return err
+
+
+def _ratelimit_reset(headers: Mapping[str, str]) -> float | None:
+    """Together's ``x-ratelimit-reset``: the suggested wait before retrying, in seconds
+    (docs.together.ai/docs/rate-limits); ``None`` when absent or unreadable."""
+    raw = (
+        headers.get("x-ratelimit-reset")
+        or headers.get("X-RateLimit-Reset")
+        or headers.get("X-Ratelimit-Reset")
+    )
+    try:
+        seconds = float(raw) if raw else math.nan
+    except ValueError:
+        return None
+    return max(0.0, seconds) if math.isfinite(seconds) else None
 
 
 PLATFORM = PlatformDescriptor(

@@ -21,7 +21,10 @@ from asgiref.sync import sync_to_async
 from tenacity import AsyncRetrying, stop_after_attempt, wait_exponential
 
 from airflow_training_provider.cancellation import CancelPolicy, Decision, GiveUp
-from airflow_training_provider.hooks.training_async import AsyncTrainingPlatformHook
+from airflow_training_provider.hooks.training_async import (
+    AsyncTrainingPlatformClient,
+    AsyncTrainingPlatformHook,
+)
 from airflow_training_provider.hooks.transport import RetryPolicy
 from airflow_training_provider.identity import TaskIdentity
 from airflow_training_provider.lifecycle.guards import Guards
@@ -249,6 +252,8 @@ class TrainingJobTrigger(BaseTrigger):
                 logs,
                 self._resolve_secrets,
             )
+            coalesce = polling.coalesce and client.can_coalesce(needs_full_rows=self.guards.any)
+            self._plan(client, coalesce, cursor is not None, logs is not None)
             if polling.spread_polls:
                 delay = poll_phase_delay(self.job_id, polling.poll_interval, time.time())
                 if self.deadline is not None:
@@ -264,6 +269,7 @@ class TrainingJobTrigger(BaseTrigger):
                 self.deadline_kind,
                 self.guards if self.guards.any else None,
                 logs,
+                coalesce,
             )
             outcome = await client.drive(wait, report)
         if isinstance(outcome, DeadlineReached):
@@ -285,6 +291,19 @@ class TrainingJobTrigger(BaseTrigger):
         if settle > 0:
             await asyncio.sleep(settle)
         yield TriggerEvent(outcome.model_dump(mode="json"))
+
+    def _plan(self, client: AsyncTrainingPlatformClient, coalesce: bool, events: bool, logs: bool) -> None:
+        """Join the connection's shared poller (``coalesce``) and register the reads per second
+        this wait plans in the account's budget: coalesced, its events (every ``events_interval``)
+        and program-log pages; on its own, its status read too, and its events at every poll."""
+        polling = self.polling
+        endpoint = events and not client.dialect.capabilities.events_in_job
+        per_poll = (1.0 if logs else 0.0) / polling.poll_interval
+        if coalesce:
+            client.coalesce(self.job_id, polling.poll_interval)
+            client.plan(per_poll + (1.0 / polling.events_interval if endpoint else 0.0))
+        else:
+            client.plan(per_poll + (2.0 if endpoint else 1.0) / polling.poll_interval)
 
     async def _load_cursor(self) -> int:
         """The saved event cursor (:meth:`_load_saved`); unreadable: the kwarg's cursor is used, and

@@ -17,12 +17,19 @@ format and error rendering, and a control app with local-only endpoints (no auth
   for tests of job lists bounded in time; answers the record
 * ``GET /_local/settings`` → the effective settings (api key redacted)
 * ``POST|GET|DELETE /_local/faults`` → HTTP fault injection rules (see :mod:`.faults`)
+* ``GET /_local/quotas`` → ``{"quotas": {platform: {class: {limit, window_seconds, used, remaining,
+  reset_at}}}}``; ``PUT /_local/quotas`` (body ``{platform: {class: {limit, window_seconds}} or a
+  preset name}``) replaces them, opening new windows; ``DELETE /_local/quotas`` removes them all
+  (see :mod:`.quotas`; 400 ``INVALID_REQUEST`` naming what is wrong)
+* ``GET /_local/requests`` → ``{"platforms": {platform: {total, throttled, by_class,
+  throttled_by_class, by_route, by_job}}}``: every request each platform received (throttled ones
+  too); ``DELETE /_local/requests`` resets the counts. ``/_local`` itself is neither metered nor counted
 * any other path no platform serves → 501 ``NOT_IMPLEMENTED`` (an API it does not emulate: refused,
   never a "not found" a client could read as a missing job)
 
 The engine starts in the control app's lifespan and is shut down (every trainer child killed) when
 it ends. ``app.state`` (on the control app, and the returned app's ``state``) holds ``engine``,
-``settings`` and ``faults``.
+``settings``, ``faults`` and ``meter``.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from airflow_training_platform.errors import ApiError, install_error_handlers
 from airflow_training_platform.faults import FaultInjector, FaultRule
 from airflow_training_platform.platforms import LOCAL_PLATFORMS, AppContext
 from airflow_training_platform.platforms.base import NOT_IMPLEMENTED_METHODS
+from airflow_training_platform.quotas import QuotaError, RequestMeter, parse_quotas
 from airflow_training_platform.settings import CommonSettings
 
 
@@ -45,14 +53,17 @@ def create_app(settings: CommonSettings, engine: TrainingEngine | None = None) -
     """Build the platform. ``engine`` defaults to a new engine from ``settings``."""
     engine = engine or TrainingEngine(settings.engine_config())
     faults = FaultInjector()
-    control = _control_app(engine, settings, faults)
-    context = AppContext(engine, settings, faults)
+    meter = RequestMeter(settings.parsed_quotas())
+    control = _control_app(engine, settings, faults, meter)
+    context = AppContext(engine, settings, faults, meter)
     app = PlatformDispatcher([(p, p.build(context)) for p in LOCAL_PLATFORMS], control)
     app.state = control.state
     return app
 
 
-def _control_app(engine: TrainingEngine, settings: CommonSettings, faults: FaultInjector) -> FastAPI:
+def _control_app(
+    engine: TrainingEngine, settings: CommonSettings, faults: FaultInjector, meter: RequestMeter
+) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
         engine.start()
@@ -65,6 +76,7 @@ def _control_app(engine: TrainingEngine, settings: CommonSettings, faults: Fault
     app.state.engine = engine
     app.state.settings = settings
     app.state.faults = faults
+    app.state.meter = meter
     install_error_handlers(app)
 
     @app.get("/_local/health")
@@ -125,6 +137,32 @@ def _control_app(engine: TrainingEngine, settings: CommonSettings, faults: Fault
     def clear_faults(path_prefix: str | None = None, id: str | None = None) -> dict[str, Any]:
         faults.clear(path_prefix, id)
         return {"faults": faults.list()}
+
+    @app.get("/_local/quotas")
+    def show_quotas() -> dict[str, Any]:
+        return {"quotas": meter.quotas()}
+
+    @app.put("/_local/quotas")
+    def set_quotas(body: dict[str, Any]) -> dict[str, Any]:
+        try:
+            meter.set_quotas(parse_quotas(body, [p.name for p in LOCAL_PLATFORMS]))
+        except QuotaError as exc:
+            raise ApiError(400, "INVALID_REQUEST", str(exc)) from None
+        return {"quotas": meter.quotas()}
+
+    @app.delete("/_local/quotas")
+    def clear_quotas() -> dict[str, Any]:
+        meter.set_quotas({})
+        return {"quotas": meter.quotas()}
+
+    @app.get("/_local/requests")
+    def request_counts() -> dict[str, Any]:
+        return meter.requests()
+
+    @app.delete("/_local/requests")
+    def reset_request_counts() -> dict[str, Any]:
+        meter.reset_requests()
+        return meter.requests()
 
     @app.api_route("/{path:path}", methods=NOT_IMPLEMENTED_METHODS, include_in_schema=False)
     def not_served(request: Request, path: str) -> None:

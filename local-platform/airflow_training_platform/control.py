@@ -1,4 +1,5 @@
-"""A client of the local platform's ``/_local`` endpoints: its own job records and fault rules.
+"""A client of the local platform's ``/_local`` endpoints: its own job records, fault rules, API
+quotas and request counts.
 
 The one way tests, the demo and the benchmark read what the platform saw (submits, cancel
 requests with their arrival times, states, checkpoint files) and inject faults::
@@ -6,6 +7,8 @@ requests with their arrival times, states, checkpoint files) and inject faults::
     control = LocalPlatformControl(server.url)
     job = control.wait_job(job_id, {"succeeded", "failed"})
     control.add_fault(method="GET", path_prefix=f"/v2/training/jobs/{job_id}", status=503, count=2)
+    control.set_quotas({"tensorone": {"read": {"limit": 500, "window_seconds": 3600}}})
+    control.requests()["tensorone"]["by_route"]["GET /v2/training/jobs/{job_id}"]
 """
 
 from __future__ import annotations
@@ -106,3 +109,28 @@ class LocalPlatformControl:
 
     def settings(self) -> dict:
         return self._call("GET", "/settings")
+
+    # -- quotas and request counts (see :mod:`airflow_training_platform.quotas`) ---------------------
+    def quotas(self) -> dict:
+        """``{platform: {class: {limit, window_seconds, used, remaining, reset_at}}}``."""
+        return self._call("GET", "/quotas")["quotas"]
+
+    def set_quotas(self, quotas: dict[str, Any]) -> dict:
+        """Replace every quota (``{platform: {class: {limit, window_seconds}}}`` or a preset name such
+        as ``{"tensorone": "documented"}``); new windows open. Returns :meth:`quotas`.
+
+        :raises requests.HTTPError: an unreadable specification (400, its message says why)."""
+        return self._call("PUT", "/quotas", json=quotas)["quotas"]
+
+    def clear_quotas(self) -> None:
+        """Remove every quota: nothing is throttled."""
+        self._call("DELETE", "/quotas")
+
+    def requests(self) -> dict[str, dict]:
+        """Request counts per platform: ``{platform: {total, throttled, by_class, throttled_by_class,
+        by_route, by_job}}`` (a platform that received nothing is absent)."""
+        return self._call("GET", "/requests")["platforms"]
+
+    def reset_requests(self) -> None:
+        """Forget every request count."""
+        self._call("DELETE", "/requests")

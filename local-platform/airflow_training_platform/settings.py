@@ -11,11 +11,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
 from airflow_training_platform.engine import EngineConfig
 from airflow_training_platform.platforms import LOCAL_PLATFORMS
 from airflow_training_platform.platforms.base import secret_setting
+from airflow_training_platform.quotas import QuotaError, Quotas, parse_quotas
 
 API_KEY_ENV = "AIRFLOW_TRAINING_PLATFORM_API_KEY"
 
@@ -50,6 +51,26 @@ class CommonSettings(BaseModel):
         "mapped images) as "
         "local processes; off: such creates are refused",
     )
+
+    quotas: str | None = Field(
+        None,
+        description="API quotas per platform and route class (read, create, write), fixed windows: "
+        "'tensorone:read=500/3600,create=10/3600;sagemaker:read=20/1' (LIMIT/SECONDS), a preset "
+        "'tensorone=documented', or the JSON of PUT /_local/quotas (default: none, nothing throttled)",
+    )
+
+    @field_validator("quotas")
+    @classmethod
+    def _readable_quotas(cls, value: str | None) -> str | None:
+        try:
+            parse_quotas(value, [p.name for p in LOCAL_PLATFORMS])
+        except QuotaError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+    def parsed_quotas(self) -> Quotas:
+        """The ``quotas`` setting read (:func:`~.quotas.parse_quotas`)."""
+        return parse_quotas(self.quotas, [p.name for p in LOCAL_PLATFORMS])
 
     def engine_config(self) -> EngineConfig:
         """The engine part of these settings."""

@@ -9,7 +9,7 @@ by path prefix (``/v2/training``), or by a predicate on the request (an AWS-styl
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
@@ -18,6 +18,8 @@ from pydantic import BaseModel, Field
 from airflow_training_platform.engine import TrainingEngine
 from airflow_training_platform.errors import ApiError, Renderer, install_error_handlers, request_id
 from airflow_training_platform.faults import FaultInjector
+from airflow_training_platform.metering import Metering, MeteringMiddleware
+from airflow_training_platform.quotas import RequestMeter
 
 
 def secret_setting(description: str) -> Any:
@@ -29,11 +31,13 @@ def secret_setting(description: str) -> Any:
 @dataclass(frozen=True)
 class AppContext:
     """What a platform's sub-application is built from: the shared engine, the settings (an instance
-    of the composed settings model, so ``settings.<platform>_<option>`` is there) and the fault rules."""
+    of the composed settings model, so ``settings.<platform>_<option>`` is there), the fault rules
+    and the request meter (quotas and request counts, :mod:`..quotas`)."""
 
     engine: TrainingEngine
     settings: Any
     faults: FaultInjector
+    meter: RequestMeter = field(default_factory=RequestMeter)
 
 
 @dataclass(frozen=True)
@@ -69,9 +73,15 @@ def platform_app(
     render: Renderer,
     faults: FaultInjector,
     not_implemented_code: str | None = None,
+    meter: RequestMeter | None = None,
+    metering: Metering | None = None,
 ) -> FastAPI:
     """A platform's sub-application: ``router``'s routes, every error rendered by ``render``, fault
     injection (errors in the same format) and an ``X-Request-ID`` on every answer.
+
+    ``meter`` and ``metering`` (the platform's :class:`~..metering.Metering`): every request is
+    counted and drawn from its quota before fault injection and the handler; a throttled one is
+    answered in the same format and goes no further (:mod:`..quotas`).
 
     A request the router does not serve (an operation of the real API the local platform lacks, or
     a method a path does not take) is answered 501 in the platform's own error format (its code for
@@ -79,6 +89,9 @@ def platform_app(
     app = FastAPI(title=title, openapi_url=None, docs_url=None, redoc_url=None)
     install_error_handlers(app, render)
     app.middleware("http")(faults.middleware(render))
+    if meter is not None and metering is not None:  # outside the faults: a throttled request is
+        # never faulted nor handled
+        app.add_middleware(MeteringMiddleware, meter=meter, metering=metering, render=render)
 
     @app.middleware("http")
     async def _request_id(request: Request, call_next):

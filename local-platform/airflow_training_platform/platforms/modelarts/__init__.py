@@ -11,10 +11,12 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from airflow_training_platform.errors import ApiError, request_id
+from airflow_training_platform.metering import Metering, PathRoutes
 from airflow_training_platform.platforms.base import AppContext, LocalPlatform, platform_app, secret_setting
-from airflow_training_platform.platforms.modelarts.routes import build_router
+from airflow_training_platform.platforms.modelarts.routes import ROOT, build_router
 from airflow_training_platform.platforms.modelarts.user_code import parse_image_commands
 from airflow_training_platform.platforms.modelarts.wire import PLATFORM as NAME
+from airflow_training_platform.quotas import QuotaState
 
 #: the paths of its training API: ``/v2/<project_id>/training-jobs…``, ``…/training-job-searches`` and
 #: the other ``/v2/<project_id>/training-*`` resources (names, flavors, engines, quotas, experiments...),
@@ -59,6 +61,14 @@ def render_error(request: Request, err: ApiError) -> JSONResponse:
     return JSONResponse(body, status_code=err.status, headers=err.headers)
 
 
+def throttled(state: QuotaState) -> ApiError:
+    """ModelArts' HTTP 429 ``ModelArts.2799`` (TooManyRequests) with ``Retry-After`` (s), as its
+    status-code appendix says to retry."""
+    return ApiError(
+        429, "ModelArts.2799", "Too many requests.", headers={"Retry-After": str(state.retry_after())}
+    )
+
+
 def build(context: AppContext):
     s = context.settings
     key_pair = None
@@ -73,7 +83,16 @@ def build(context: AppContext):
         allow_user_code=s.allow_user_code,
         image_commands=parse_image_commands(s.modelarts_image_command),
     )
-    return platform_app("Huawei Cloud ModelArts (local)", router, render_error, context.faults)
+    classes = {f"POST {ROOT}/training-jobs": "create", f"POST {ROOT}/training-job-searches": "read"}
+    metering = Metering(NAME, PathRoutes(router, classes), throttled)
+    return platform_app(
+        "Huawei Cloud ModelArts (local)",
+        router,
+        render_error,
+        context.faults,
+        meter=context.meter,
+        metering=metering,
+    )
 
 
 PLATFORM = LocalPlatform(

@@ -12,12 +12,14 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from airflow_training_platform.errors import ApiError, request_id
+from airflow_training_platform.metering import Metering, PathRoutes
 from airflow_training_platform.platforms.base import AppContext, LocalPlatform, platform_app, secret_setting
 from airflow_training_platform.platforms.pai import oss
 from airflow_training_platform.platforms.pai.logs import INSTANCE_NOT_FOUND
 from airflow_training_platform.platforms.pai.routes import PATH, build_router
 from airflow_training_platform.platforms.pai.user_code import parse_image_commands
 from airflow_training_platform.platforms.pai.wire import PLATFORM as NAME
+from airflow_training_platform.quotas import QuotaState
 
 
 class PaiOptions(BaseModel):
@@ -61,6 +63,12 @@ def render_error(request: Request, err: ApiError) -> JSONResponse:
     return JSONResponse(body, status_code=err.status, headers=headers)
 
 
+def throttled(state: QuotaState) -> ApiError:
+    """Alibaba's flow control: HTTP 400 ``Throttling.User`` "Request was denied due to user flow
+    control." (no retry-after header: PaiStudio documents none)."""
+    return ApiError(400, "Throttling.User", "Request was denied due to user flow control.")
+
+
 def build(context: AppContext):
     s = context.settings
     key_pair = None
@@ -74,7 +82,15 @@ def build(context: AppContext):
         allow_user_code=s.allow_user_code,
         image_commands=parse_image_commands(s.pai_image_command),
     )
-    pai_app = platform_app("Alibaba Cloud PAI (local)", router, render_error, context.faults)
+    metering = Metering(NAME, PathRoutes(router, {f"POST {PATH}": "create"}), throttled)
+    pai_app = platform_app(
+        "Alibaba Cloud PAI (local)",
+        router,
+        render_error,
+        context.faults,
+        meter=context.meter,
+        metering=metering,
+    )
     oss_app = oss.build_app(s.engine_config().data_dir, key_pair, context.faults)
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:

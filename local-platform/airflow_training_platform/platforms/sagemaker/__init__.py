@@ -6,6 +6,8 @@ for ``s3``), and its jobs' output as CloudWatch Logs streams (:mod:`.cloudwatch_
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from html import escape
 from typing import Any
 
@@ -14,6 +16,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 
 from airflow_training_platform.errors import ApiError, request_id
+from airflow_training_platform.metering import Metered, Metering
 from airflow_training_platform.platforms.base import AppContext, LocalPlatform, platform_app, secret_setting
 from airflow_training_platform.platforms.sagemaker import cloudwatch_logs, s3
 from airflow_training_platform.platforms.sagemaker.routes import (
@@ -24,6 +27,7 @@ from airflow_training_platform.platforms.sagemaker.routes import (
 from airflow_training_platform.platforms.sagemaker.script_mode import parse_image_commands
 from airflow_training_platform.platforms.sagemaker.wire import PLATFORM as NAME
 from airflow_training_platform.platforms.sagemaker.wire import TARGET_PREFIX
+from airflow_training_platform.quotas import QuotaState
 
 
 class SageMakerOptions(BaseModel):
@@ -102,6 +106,46 @@ def serves(scope: dict[str, Any]) -> bool:
     )
 
 
+_JOB_IN_BODY = re.compile(
+    rb'"(?:TrainingJobName|ResourceArn|logStreamName|logStreamNamePrefix)"\s*:\s*"'
+    rb'(?:arn:[^"]*:training-job/)?([^"/\\]+)'
+)
+"""The job an awsJson body names: ``TrainingJobName``, the last part of a training job's
+``ResourceArn`` (tags), or the job a log stream name (``<job>/algo-1-…``) starts with."""
+_WRITES = ("Stop", "Delete", "AddTags", "Update")
+
+
+def _job_in_body(body: bytes) -> str | None:
+    match = _JOB_IN_BODY.search(body)
+    return match.group(1).decode("utf-8", "replace") if match else None
+
+
+def classify(scope: Mapping[str, Any]) -> Metered | None:
+    """By ``X-Amz-Target``: ``Create*`` create; ``Stop*``, ``Delete*``, ``Update*``, ``AddTags``
+    write; every other SageMaker operation and the CloudWatch Logs ones read. Named by the
+    operation; the job from the body. S3 and STS are other services: ``None``."""
+    if scope["method"] != "POST" or scope["path"] != "/" or s3.is_s3(scope):
+        return None
+    target = b""
+    for name, value in scope["headers"]:
+        if name == b"x-amz-target":
+            target = value
+            break
+    operation = target.decode("latin-1").rpartition(".")[2]
+    if cloudwatch_logs.is_logs(scope):
+        return "read", operation or "(no operation)", _job_in_body
+    if not operation:  # STS GetCallerIdentity
+        return None
+    cls = "create" if operation.startswith("Create") else "write" if operation.startswith(_WRITES) else "read"
+    return cls, operation, _job_in_body
+
+
+def throttled(state: QuotaState) -> ApiError:
+    """AWS's throttle: HTTP 400 ``ThrottlingException`` "Rate exceeded", no ``Retry-After`` (botocore
+    retries it by its own backoff); CloudWatch Logs answers the same code."""
+    return ApiError(400, "ThrottlingException", "Rate exceeded")
+
+
 def build(context: AppContext):
     s = context.settings
     key_pair = None
@@ -119,7 +163,10 @@ def build(context: AppContext):
     )
     # after SageMaker's POST /: S3 serves GET / (ListBuckets) and every /<bucket>[/<key>]
     router.include_router(s3.build_s3_router(data_dir, s.sagemaker_region, key_pair))
-    return platform_app("SageMaker (local)", router, render_error, context.faults)
+    metering = Metering(NAME, classify, throttled)
+    return platform_app(
+        "SageMaker (local)", router, render_error, context.faults, meter=context.meter, metering=metering
+    )
 
 
 PLATFORM = LocalPlatform(name=NAME, build=build, match=serves, options=SageMakerOptions)

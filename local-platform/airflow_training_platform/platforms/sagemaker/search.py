@@ -176,22 +176,46 @@ def search(engine: TrainingEngine, region: str, body: dict[str, Any]) -> dict[st
 def _candidates(engine: TrainingEngine, expression: Any) -> list[dict[str, Any]]:
     """The records the expression can match: by name or by tag when a top-level ``And`` filter
     says so (the later issue's coalesced polls search many jobs by name or tag), else all."""
-    if not isinstance(expression, dict) or expression.get("Operator", "And") != "And":
+    if not isinstance(expression, dict):
+        return engine.list(wire.PLATFORM)
+    if expression.get("Operator") == "Or" and set(expression) <= {"SubExpressions", "Operator"}:
+        # an OR of name lookups (the provider's coalesced polls: In filters of up to 1,024 chars)
+        subs = expression.get("SubExpressions") or []
+        named = [_named(sub) for sub in subs if isinstance(sub, dict)]
+        if subs and len(named) == len(subs) and all(n is not None for n in named):
+            return _by_name(engine, [name for names in named for name in names or []])
+        return engine.list(wire.PLATFORM)
+    if expression.get("Operator", "And") != "And":
         return engine.list(wire.PLATFORM)
     for flt in expression.get("Filters") or []:
         name, op, value = flt.get("Name"), flt.get("Operator", "Equals"), str(flt.get("Value", ""))
         if name == "TrainingJobName" and op in ("Equals", "In"):
-            wanted = [value] if op == "Equals" else _split(value)
-            found = []
-            for job_name in dict.fromkeys(wanted):
-                try:
-                    found.append(engine.get(job_name, platform=wire.PLATFORM))
-                except JobNotFound:
-                    pass
-            return found
+            return _by_name(engine, [value] if op == "Equals" else _split(value))
         if isinstance(name, str) and name.startswith("Tags.") and op == "Equals":
             return engine.list(wire.PLATFORM, tags=[f"{name.removeprefix('Tags.')}:{value}"])
     return engine.list(wire.PLATFORM)
+
+
+def _named(expression: dict[str, Any]) -> list[str] | None:
+    """The names an expression of one ``TrainingJobName`` Equals/In filter looks up, else ``None``."""
+    filters = expression.get("Filters") or []
+    if set(expression) - {"Filters", "Operator"} or len(filters) != 1 or not isinstance(filters[0], dict):
+        return None
+    flt = filters[0]
+    op, value = flt.get("Operator", "Equals"), str(flt.get("Value", ""))
+    if flt.get("Name") != "TrainingJobName" or op not in ("Equals", "In"):
+        return None
+    return [value] if op == "Equals" else _split(value)
+
+
+def _by_name(engine: TrainingEngine, names: list[str]) -> list[dict[str, Any]]:
+    found = []
+    for job_name in dict.fromkeys(names):
+        try:
+            found.append(engine.get(job_name, platform=wire.PLATFORM))
+        except JobNotFound:
+            pass
+    return found
 
 
 def _expression(expression: Any, counts: dict[str, int]) -> Callable[[dict[str, Any]], bool]:

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from airflow_training_platform.errors import ApiError
+from airflow_training_platform.metering import Metering, PathRoutes
 from airflow_training_platform.platforms.base import AppContext, LocalPlatform, platform_app
 from airflow_training_platform.platforms.together.routes import PREFIX, WHOAMI_PATHS, build_router
 from airflow_training_platform.platforms.together.wire import PLATFORM as NAME
-from airflow_training_platform.platforms.together.wire import render_error
+from airflow_training_platform.platforms.together.wire import RATE_LIMITED, render_error
+from airflow_training_platform.quotas import QuotaState
 
 
 class TogetherOptions(BaseModel):
@@ -20,10 +23,26 @@ class TogetherOptions(BaseModel):
     )
 
 
+def throttled(state: QuotaState) -> ApiError:
+    """Together's 429 ``dynamic_request_limited`` (above the account's rate), with
+    ``x-ratelimit-reset``: the seconds to wait before retrying (docs.together.ai/docs/rate-limits)."""
+    return ApiError(
+        429,
+        RATE_LIMITED,
+        f"You have exceeded the rate limit of {state.quota.limit} requests per "
+        f"{state.quota.window_seconds:g} s for this endpoint class. Please slow down.",
+        headers={"x-ratelimit-reset": str(state.retry_after())},
+    )
+
+
 def build(context: AppContext):
     settings = context.settings
     router = build_router(context.engine, settings.api_key, settings.together_balance_usd)
-    return platform_app("Together AI (local)", router, render_error, context.faults)
+    classes = {f"POST {PREFIX}": "create", f"POST {PREFIX}/estimate-price": "read"}  # a price is a read
+    metering = Metering(NAME, PathRoutes(router, classes), throttled)
+    return platform_app(
+        "Together AI (local)", router, render_error, context.faults, meter=context.meter, metering=metering
+    )
 
 
 DOWNLOAD_PREFIX = "/v1/finetune/"

@@ -152,9 +152,16 @@ def bad(param: str, message: str, code: str = "VALIDATION_ERROR") -> ApiError:
     return ApiError(400, code, f"Invalid value for '{param}': {message}", {"field": param})
 
 
+RATE_LIMITED = "DYNAMIC_REQUEST_LIMITED"
+"""The code of Together's 429 above the account's rate; its ``type`` says the same
+(``dynamic_request_limited``, docs.together.ai/docs/rate-limits)."""
+
+
 def render_error(request: Request, err: ApiError) -> JSONResponse:
     """Renderer for the Together routes: ``{"error": {"message", "type", "code", "param"}}``."""
     kind = ERROR_TYPES.get(err.status, "server_error" if err.status >= 500 else "invalid_request_error")
+    if err.code == RATE_LIMITED:
+        kind = RATE_LIMITED.lower()
     body = {
         "error": {
             "message": err.message,

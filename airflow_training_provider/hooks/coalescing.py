@@ -1,0 +1,248 @@
+"""Coalesced polling: the waiting jobs of one connection in a triggerer process share one poller
+that reads many jobs per call (``docs/scale.md``, "Coalesced polling").
+
+Each trigger still runs its own wait (:func:`~airflow_training_provider.lifecycle.waiting.wait_for_job`):
+its first status read is the job's own; every later one is marked
+(:attr:`~airflow_training_provider.platforms.base.ApiRequest.status_of`) and the async driver asks
+the connection's :class:`StatusPoller` instead of sending it. The poller reads every member's
+status in rounds, one round every (stretched) interval, with the dialect's batch read
+(:meth:`~airflow_training_provider.platforms.base.Dialect.status_batch_request`: SageMaker
+``Search`` by name, 100 a page; PAI's, ModelArts', Together's, TensorOne's lists), and answers each
+member from the freshest round. The member's own Get job is sent instead (one call) when:
+
+* the job is not in the round's answer, or the round failed: read on its own this time;
+* the row says the job ended: its whole final view is read on its own;
+* the platform's row is partial (``Dialect.batch_rows_complete`` false) and says the job's state,
+  status or message changed since its own last read: read on its own, then that view is answered
+  until the row changes again;
+* no round came within one and a half rounds (and 5 s), or the member's deadline came: its own
+  read, so a deadline's cancel is never held up by the poller.
+
+A state change at the platform is therefore seen at the first round after it: within one
+(stretched) interval, plus the round's own time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from airflow_training_provider.budget import AccountBudget
+from airflow_training_provider.errors import TrainingPlatformError
+from airflow_training_provider.lifecycle.operations import JobOperations
+from airflow_training_provider.models import TrainingJob
+from airflow_training_provider.platforms.base import ApiRequest, parse_answer
+
+if TYPE_CHECKING:
+    from airflow_training_provider.hooks.training_async import AsyncTrainingPlatformClient
+
+#: seconds a member waits for a round beyond one and a half rounds before reading on its own
+ROUND_GRACE = 5.0
+#: most pages one group of a round reads (a list holding far more jobs than were asked for)
+MAX_PAGES = 50
+
+
+@dataclass
+class _Member:
+    interval: float
+    seen_round: float = -math.inf  # the start (monotonic) of the round it was last answered from
+    own_key: tuple | None = None  # state, status, message of its last own read (partial rows)
+    own_view: TrainingJob | None = None  # that read's job (partial rows: answered while unchanged)
+    created_at: datetime | None = None
+
+
+@dataclass
+class _Round:
+    started: float
+    rows: dict[str, TrainingJob] | None  # None: the round failed
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class StatusPoller:
+    """The coalesced poller of one connection (account and dialect) in one event loop.
+
+    :param client: the client whose session and credentials the rounds use (the connection's shared
+        session: every member's client has the same).
+    :param budget: the account's budget (the rounds register their demand there).
+    """
+
+    def __init__(self, client: AsyncTrainingPlatformClient, budget: AccountBudget) -> None:
+        self.client = client
+        self.dialect = client.dialect
+        self.ops = JobOperations(client.dialect, client.connection.base_url)  # console links
+        self.budget = budget
+        self.members: dict[str, _Member] = {}
+        self._latest = _Round(-math.inf, None)
+        self._latest.done.set()
+        self._next: _Round | None = None
+        self._task: asyncio.Task | None = None
+        self._demand = budget.register(0.0)
+        self.rounds = 0
+        self.calls = 0
+
+    # -- membership ------------------------------------------------------------------------------
+    def join(self, job_id: str, interval: float) -> None:
+        self.members[job_id] = _Member(interval)
+
+    def leave(self, job_id: str) -> None:
+        self.members.pop(job_id, None)
+
+    @property
+    def cadence(self) -> float:
+        """Seconds between rounds: the shortest interval asked, stretched to fit the budget."""
+        if not self.members:
+            return 1.0
+        return min(m.interval for m in self.members.values()) * self.budget.stretch()
+
+    # -- a member's status read ------------------------------------------------------------------
+    async def status(self, job_id: str) -> TrainingJob | None:
+        """Member ``job_id``'s job from the freshest round after its last answer; ``None``: the
+        driver sends the job's own read (see the module doc), then reports it with :meth:`own_read`."""
+        member = self.members.get(job_id)
+        if member is None or member.own_view is None:  # the first read is the job's own
+            return None
+        wanted = member.seen_round + self.cadence / 2  # the round after the one it was answered from
+        round_: _Round | None = self._latest
+        if self._latest.started < wanted:
+            round_ = await self._wait_round(wanted)
+        if round_ is None or round_.rows is None:  # none came in time, or it failed: its own read
+            return None
+        member.seen_round = round_.started
+        row = (round_.rows or {}).get(job_id)
+        if row is None or row.is_terminal:
+            return None
+        if self.dialect.batch_rows_complete:
+            return self.ops.linked(row)
+        if _key(row) != member.own_key:
+            return None
+        return member.own_view
+
+    def own_read(self, job_id: str, job: TrainingJob) -> None:
+        """The job's own read was made (:meth:`status` said ``None``): what a partial row is
+        compared with (and answered with while it does not change), and the job's creation time
+        (the list's time bound)."""
+        member = self.members.get(job_id)
+        if member is not None:
+            member.own_key, member.own_view = _key(job), job
+            member.created_at = member.created_at or job.created_at
+
+    async def _wait_round(self, wanted: float) -> _Round | None:
+        """The first round started at or after ``wanted`` (monotonic), or ``None`` when none
+        comes within one and a half rounds (and :data:`ROUND_GRACE`) or it failed."""
+        self._ensure_running()
+        limit = time.monotonic() + self.cadence * 1.5 + ROUND_GRACE
+        while True:
+            round_ = self._next or self._latest
+            if round_.started >= wanted and round_.done.is_set():
+                return round_
+            left = limit - time.monotonic()
+            if left <= 0:
+                return None
+            target = self._next
+            if target is None:  # between rounds: wait for the next one to be planned and run
+                await asyncio.sleep(min(left, max(0.05, wanted - time.monotonic())))
+                continue
+            try:
+                await asyncio.wait_for(asyncio.shield(target.done.wait()), left)
+            except TimeoutError:
+                return None
+            if target.started >= wanted:
+                return target
+
+    # -- the rounds ------------------------------------------------------------------------------
+    def _ensure_running(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="training-status-poller")
+
+    async def _run(self) -> None:
+        try:
+            while self.members:
+                started = time.monotonic()
+                self._next = _Round(started, None)
+                rows, pages = await self._read_round(list(self.members))
+                self._next.rows = rows
+                self._latest, self._next = self._next, None
+                self._latest.done.set()
+                self.rounds += 1
+                base = min((m.interval for m in self.members.values()), default=1.0)
+                self.budget.update(self._demand, pages / base)
+                await asyncio.sleep(max(0.0, started + self.cadence - time.monotonic()))
+        finally:
+            self.budget.update(self._demand, 0.0)
+            if self._next is not None:  # cancelled mid-round: nobody waits for it in vain
+                self._next.done.set()
+                self._next = None
+
+    async def _read_round(self, job_ids: list[str]) -> tuple[dict[str, TrainingJob] | None, int]:
+        """Every member's row, by job id, and the pages read; ``None``: a read failed (each
+        member then reads its own)."""
+        size = max(1, self.dialect.batch_size)
+        rows: dict[str, TrainingJob] = {}
+        pages = 0
+        created = [m.created_at for m in self.members.values() if m.created_at is not None]
+        since = min(created) if created else None
+        for start in range(0, len(job_ids), size):
+            group = job_ids[start : start + size]
+            wanted = set(group)
+            page: str | None = None
+            for _ in range(MAX_PAGES):
+                request = self.dialect.status_batch_request(group, page, since)
+                if request is None:
+                    return None, pages
+                request = _bounded(request, self.cadence)
+                try:
+                    body = await self.client.call(request)
+                    batch = parse_answer(request, self.dialect.parse_status_batch, body)
+                except TrainingPlatformError:
+                    return None, pages + 1
+                finally:
+                    pages += 1
+                    self.calls += 1
+                for job in batch.jobs:
+                    rows[job.id] = job
+                wanted -= rows.keys()
+                if not wanted or batch.next_page is None:
+                    break
+                page = batch.next_page
+        return rows, pages
+
+
+def _key(job: TrainingJob) -> tuple:
+    return (job.state, job.raw_status, job.message)
+
+
+def _bounded(request: ApiRequest, cadence: float) -> ApiRequest:
+    """A round's read retried within one round at most (then the members read their own)."""
+    return replace(request, budget=min(60.0, max(1.0, cadence)))
+
+
+_POLLERS: dict[tuple[Any, ...], StatusPoller] = {}
+
+
+def poller_for(
+    key: tuple[Any, ...], client: AsyncTrainingPlatformClient, budget: AccountBudget
+) -> StatusPoller:
+    """The event loop's poller for connection ``key`` (made with ``client`` for its first member)."""
+    full = (id(asyncio.get_running_loop()), *key)
+    poller = _POLLERS.get(full)
+    if poller is None:
+        poller = _POLLERS[full] = StatusPoller(client, budget)
+    return poller
+
+
+def release_poller(key: tuple[Any, ...], job_id: str) -> None:
+    """Member ``job_id`` leaves; the last one ends the poller."""
+    full = (id(asyncio.get_running_loop()), *key)
+    poller = _POLLERS.get(full)
+    if poller is None:
+        return
+    poller.leave(job_id)
+    if not poller.members:
+        del _POLLERS[full]
+        poller.budget.unregister(poller._demand)
+        if poller._task is not None:
+            poller._task.cancel()
