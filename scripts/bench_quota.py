@@ -159,6 +159,7 @@ class RunResult:
     outcomes: dict[str, int] = field(default_factory=dict)  # event status -> count
     unavailable: str = ""  # why the mode could not run
     periodic: float = 0.0  # event reads per job-hour due every ``events_interval``, past the run (added)
+    note: str = ""  # e.g. a coalesced run whose platform has no batch read
 
     def per_job_hour(self, scale: float) -> float:
         """API calls per waiting job-hour at the reference interval: the window's, scaled, plus the
@@ -231,6 +232,7 @@ async def _triggers(args: argparse.Namespace, result: RunResult, jobs: list[str]
     from airflow_training_provider.lifecycle.operations import Progress
     from airflow_training_provider.lifecycle.waiting import Polling
     from airflow_training_provider.platforms import get_dialect
+    from airflow_training_provider.platforms.base import Dialect
     from airflow_training_provider.triggers import training_job
 
     counter = _Counter()
@@ -256,8 +258,21 @@ async def _triggers(args: argparse.Namespace, result: RunResult, jobs: list[str]
         options["coalesce"] = result.mode == "coalesced"
     every = getattr(Polling(**options), "events_interval", None)
     warm_up = args.interval + min(5.0, args.interval)
-    caps = get_dialect(result.platform).capabilities
-    if options.get("coalesce") and every and every > warm_up + args.window and not caps.events_in_job:
+    dialect = get_dialect(result.platform)
+    caps = dialect.capabilities
+    # as the trigger decides (AsyncTrainingPlatformClient.can_coalesce): the dialect has a batch read
+    batch = getattr(type(dialect), "status_batch_request", None) is not getattr(
+        Dialect, "status_batch_request", None
+    )
+    if options.get("coalesce") and not batch:
+        result.note = "no batch read: polled per job"
+    if (
+        options.get("coalesce")
+        and batch
+        and every
+        and every > warm_up + args.window
+        and not caps.events_in_job
+    ):
         # Coalesced, a waiting job's events endpoint is read on a change and every events_interval
         # after its first poll: none of those periodic reads falls in a short window. Added as their
         # rate (one per events_interval per job), not measured.
@@ -519,8 +534,9 @@ def _print_row(row: Row, scale: float) -> None:
     server = ""
     if row.server:
         server = f"; server counted {row.server.get('total')} for the platform, both modes, whole run"
+    note = f" [{r.note}]" if r.note else ""
     print(
-        f"    {r.mode:9s}: {r.per_job_hour(scale):7.1f} calls/job-hour ({r.calls} in {r.window:.0f} s, "
+        f"    {r.mode:9s}{note}: {r.per_job_hour(scale):7.1f} calls/job-hour ({r.calls} in {r.window:.0f} s, "
         f"{r.waiting:.0f} waiting: {kinds}{periodic}), throttled {r.throttled}, seen {row.seen}/{row.cancelled} "
         f"p50/p95 {pct(row.latencies, 0.5):.1f}/{pct(row.latencies, 0.95):.1f} s (event "
         f"{pct(row.event_latencies, 0.5):.1f}/{pct(row.event_latencies, 0.95):.1f} s), "
@@ -551,7 +567,7 @@ def table(rows: list[Row], scale: float, interval: float) -> str:
         base = ideal.get(r.size)
         ratio = f"{r.cpu_per_poll_us / base:.2f}" if base else ""
         lines.append(
-            f"| {name} | {r.size:,} | {r.mode} | {r.per_job_hour(scale):.1f} | {r.throttled} | {row.seen}/{row.cancelled} "
+            f"| {name} | {r.size:,} | {r.mode}{' (' + r.note + ')' if r.note else ''} | {r.per_job_hour(scale):.1f} | {r.throttled} | {row.seen}/{row.cancelled} "
             f"| {pct(row.latencies, 0.5):.1f} / {pct(row.latencies, 0.95):.1f} | {r.cpu_per_poll_us:.0f} | {ratio} |"
         )
     for size, us in sorted(ideal.items()):
@@ -656,6 +672,7 @@ def _figures(row: Row, scale: float) -> dict[str, Any]:
         "size": r.size,
         "mode": r.mode,
         "unavailable": r.unavailable,
+        "note": r.note,
         "calls_per_job_hour": r.per_job_hour(scale),
         "periodic_events_per_job_hour": r.periodic,
         "calls_by_kind": r.calls_by_kind,
