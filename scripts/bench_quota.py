@@ -24,8 +24,10 @@ it has seen every one of them end, or one interval and 15 s after the window.
 Measured per platform x N x mode:
 
 * **API calls per waiting job-hour**: the requests the trigger process sent in the window (counted
-  in the process at the provider's one send point, ``AsyncTrainingPlatformClient._send``, by kind),
-  / waiting jobs / window, x 3600 s. With ``--interval`` below 30 s the per-hour figures are
+  in the process at the provider's one send point, ``AsyncTrainingPlatformClient._send``, by kind)
+  but those of the cancelled jobs' triggers, / the other jobs (all waiting) / window, x 3600 s: a
+  tenth of the jobs ending in under a minute is far more churn than waiting jobs have, so what a
+  cancelled job's wait cost (its polls and its end's reads, whole run) is printed on its own. With ``--interval`` below 30 s the per-hour figures are
   scaled to a 30 s interval (x interval / 30: the calls of the same number of polls at 30 s);
   the output says so. Coalesced, a job's events endpoint is also read every ``events_interval``
   from its first poll, which no short window sees: that rate (3,600 / ``events_interval``
@@ -147,8 +149,9 @@ class RunResult:
     mode: str
     interval: float
     window: float = 0.0  # seconds counted
-    waiting: float = 0.0  # mean jobs waiting over the window
-    calls: int = 0  # requests sent in the window
+    waiting: float = 0.0  # mean jobs waiting over the window (of those never cancelled)
+    calls: int = 0  # requests sent in the window, but by the triggers of jobs cancelled in the run
+    ended_calls: int = 0  # requests the triggers of jobs cancelled in the run sent, whole run
     calls_by_kind: dict[str, int] = field(default_factory=dict)
     calls_total: int = 0  # requests sent in the whole run (warm-up and tail included)
     throttled: int = 0  # throttled answers, whole run
@@ -198,12 +201,17 @@ def _is_throttle(exc: BaseException) -> bool:
 
 
 class _Counter:
-    """Counts the provider's requests at its one send point (``AsyncTrainingPlatformClient._send``)."""
+    """Counts the provider's requests at its one send point (``AsyncTrainingPlatformClient._send``),
+    by the task that sends them: the trigger of a job cancelled in the run (named
+    ``bench-wait:<job id>``; its reads at the end are the cost of a change, not of waiting) or any
+    other (the waiting jobs' triggers, the shared poller)."""
 
-    def __init__(self) -> None:
+    def __init__(self, cancels: set[str]) -> None:
+        self.cancels = cancels
         self.counting = False
-        self.calls = 0
+        self.calls = 0  # in the window, not by a cancelled job's trigger
         self.by_kind: dict[str, int] = {}
+        self.ended_calls = 0  # the whole run, by cancelled jobs' triggers
         self.total = 0
         self.throttled = 0
 
@@ -215,7 +223,11 @@ class _Counter:
 
         async def counted(client: Any, request: Any) -> Any:
             counter.total += 1
-            if counter.counting:
+            task = asyncio.current_task()
+            name = task.get_name() if task is not None else ""
+            if name.startswith("bench-wait:") and name.split(":", 1)[1] in counter.cancels:
+                counter.ended_calls += 1
+            elif counter.counting:
                 counter.calls += 1
                 kind = _kind(request.method, request.path, dict(request.headers or {}))
                 counter.by_kind[kind] = counter.by_kind.get(kind, 0) + 1
@@ -236,7 +248,7 @@ async def _triggers(args: argparse.Namespace, result: RunResult, jobs: list[str]
     from airflow_training_provider.platforms.base import Dialect
     from airflow_training_provider.triggers import training_job
 
-    counter = _Counter()
+    counter = _Counter(cancels)
     counter.install()
     training_job.LOG_DRAIN_SECONDS = 0.0  # the event leaves when the poll saw the end (see module doc)
     in_window = {"on": False}
@@ -292,14 +304,21 @@ async def _triggers(args: argparse.Namespace, result: RunResult, jobs: list[str]
         finally:
             waiting["n"] -= 1
 
-    tasks = [asyncio.ensure_future(wait(job_id)) for job_id in jobs]
+    loop = asyncio.get_running_loop()
+    tasks = [loop.create_task(wait(job_id), name=f"bench-wait:{job_id}") for job_id in jobs]
     Path(args.started).write_text(json.dumps(time.time()))  # the parent times its cancels from here
     await asyncio.sleep(warm_up)  # every first poll done
     counter.counting, in_window["on"] = True, True
     cpu0, t0 = time.process_time(), time.monotonic()
     samples: list[int] = []
     while time.monotonic() - t0 < args.window:
-        samples.append(waiting["n"])
+        samples.append(
+            sum(
+                1
+                for job_id, task in zip(jobs, tasks, strict=True)
+                if job_id not in cancels and not task.done()
+            )
+        )
         await asyncio.sleep(min(1.0, args.window / 20))
     result.cpu = time.process_time() - cpu0
     result.window = time.monotonic() - t0
@@ -315,6 +334,7 @@ async def _triggers(args: argparse.Namespace, result: RunResult, jobs: list[str]
     await asyncio.gather(*tasks, return_exceptions=True)
     result.calls, result.calls_by_kind = counter.calls, counter.by_kind
     result.calls_total, result.throttled = counter.total, counter.throttled
+    result.ended_calls = counter.ended_calls
 
 
 def _budgets() -> list[Any]:
@@ -549,6 +569,8 @@ def _print_row(row: Row, scale: float) -> None:
     note = f" [{r.note}]" if r.note else ""
     if r.stretch > 1:
         note += f" [budget: interval stretched x{r.stretch:.1f} to {r.interval * r.stretch:,.0f} s]"
+    if row.cancelled:
+        note += f" [{r.ended_calls / row.cancelled:.1f} calls per cancelled job's wait, not counted]"
     print(
         f"    {r.mode:9s}{note}: {r.per_job_hour(scale):7.1f} calls/job-hour ({r.calls} in {r.window:.0f} s, "
         f"{r.waiting:.0f} waiting: {kinds}{periodic}), throttled {r.throttled}, seen {row.seen}/{row.cancelled} "
@@ -710,6 +732,7 @@ def _figures(row: Row, scale: float) -> dict[str, Any]:
         "calls_per_job_hour": r.per_job_hour(scale),
         "periodic_events_per_job_hour": r.periodic,
         "calls_by_kind": r.calls_by_kind,
+        "calls_per_cancelled_job": r.ended_calls / row.cancelled if row.cancelled else None,
         "throttled": r.throttled,
         "cancelled": row.cancelled,
         "seen": row.seen,
