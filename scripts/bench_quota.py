@@ -467,24 +467,47 @@ def run_size(
     # the ideal reads TensorOne jobs (this size's own, or made for it now: not while others are timed)
     ideal_jobs = (jobs[:size] if conn_type == "tensorone" else _tensorone_jobs(size)) if ideal else []
     reset_server_counts(url)
+    entries: list[tuple[str, dict[str, Any]]] = []
+    for m, mode in enumerate(MODES):
+        own = jobs[m * size : (m + 1) * size]
+        cancels = own[:: max(1, size // k)][:k]
+        spec = {
+            "platform": conn_type,
+            "mode": mode,
+            "jobs": own,
+            "cancels": cancels,
+            "connection": connection,
+        }
+        entries.append((f"{conn_type}-{size}-{mode}", spec))
+    if ideal:
+        spec = {"platform": "tensorone", "mode": "ideal", "jobs": ideal_jobs, "cancels": [], "url": url,
+                "connection": LOCAL_FIXTURES["tensorone"].connection_json(url)}  # fmt: skip
+        entries.append((f"ideal-{size}", spec))
+    # side by side; --sequential: one mode at a time (the ideal beside the first), so that the
+    # platform serves one process's polls (two thousand-job processes saturate two cores)
+    groups = [entries] if not args.sequential else [[e for e in entries if e[1]["mode"] != "coalesced"],
+                                                     [e for e in entries if e[1]["mode"] == "coalesced"]]  # fmt: skip
+    rows = []
+    for group in groups:
+        rows += _run_group(workdir, args, control, group)
+    counts = server_counts(url)
+    if counts is not None:
+        for row in rows:
+            if row.result.mode != "ideal":
+                row.server = counts.get(_engine_platform(conn_type))
+    return rows
+
+
+def _run_group(
+    workdir: Path, args: argparse.Namespace, control: Any, entries: list[tuple[str, dict[str, Any]]]
+) -> list[Row]:
+    """Run the bench processes of ``entries`` (name, spec) at once: cancel their jobs from the
+    console over their windows, and read what each measured against the platform's records."""
     children = {}
     rows = []
     try:
-        for m, mode in enumerate(MODES):
-            own = jobs[m * size : (m + 1) * size]
-            cancels = own[:: max(1, size // k)][:k]
-            spec = {
-                "platform": conn_type,
-                "mode": mode,
-                "jobs": own,
-                "cancels": cancels,
-                "connection": connection,
-            }
-            children[mode] = (*_start_child(workdir, args, f"{conn_type}-{size}-{mode}", spec), cancels)
-        if ideal:
-            spec = {"platform": "tensorone", "mode": "ideal", "jobs": ideal_jobs, "cancels": [], "url": url,
-                    "connection": LOCAL_FIXTURES["tensorone"].connection_json(url)}  # fmt: skip
-            children["ideal"] = (*_start_child(workdir, args, f"ideal-{size}", spec), [])
+        for name, spec in entries:
+            children[spec["mode"]] = (*_start_child(workdir, args, name, spec), spec["cancels"])
         # cancels from the console, spread evenly over each process's window
         schedule: list[tuple[float, str]] = []
         for proc, job_file, started, cancels in children.values():
@@ -494,9 +517,7 @@ def run_size(
             spread = args.window - args.interval if args.window >= 2 * args.interval else args.window / 2
             for i, job_id in enumerate(cancels):
                 schedule.append((window_start + (i + 0.5) * spread / len(cancels), job_id))
-        for at, job_id in sorted(schedule):
-            time.sleep(max(0.0, at - time.time()))
-            control.console_cancel(job_id, reason="bench: a state change at a known time")
+        _cancel_at(control, schedule)
         for mode, (proc, job_file, _started, cancels) in children.items():
             _finish(proc, job_file, mode, args)
             result = RunResult(**json.loads(job_file.with_suffix(".out").read_text()))
@@ -515,12 +536,20 @@ def run_size(
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    counts = server_counts(url)
-    if counts is not None:
-        for row in rows:
-            if row.result.mode != "ideal":
-                row.server = counts.get(_engine_platform(conn_type))
     return rows
+
+
+def _cancel_at(control: Any, schedule: list[tuple[float, str]], threads: int = 8) -> None:
+    """Cancel each job from the console at its time (UNIX), a few at once: a cancel answered slowly
+    by a busy platform holds up none of the later ones."""
+
+    def cancel(at: float, job_id: str) -> None:
+        time.sleep(max(0.0, at - time.time()))
+        control.console_cancel(job_id, reason="bench: a state change at a known time")
+
+    with ThreadPoolExecutor(threads) as pool:
+        for future in [pool.submit(cancel, at, job_id) for at, job_id in sorted(schedule)]:
+            future.result()
 
 
 def _finish(proc: subprocess.Popen, job_file: Path, mode: str, args: argparse.Namespace) -> None:
@@ -661,6 +690,9 @@ def main(argv: list[str] | None = None) -> int:
         "--window", type=float, default=None, help="counted seconds per run (default: 1.5 intervals)"
     )
     parser.add_argument("--cancel-fraction", type=float, default=0.1, help="jobs cancelled per run")
+    parser.add_argument(
+        "--sequential", action="store_true", help="run the two modes one after the other, not side by side"
+    )
     parser.add_argument(
         "--api-budget",
         default=None,
