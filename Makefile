@@ -62,7 +62,7 @@ browser:
 test: $(STAMP) typecheck postgres redis browser sagemaker-sdk pai-sdk
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n 3 --dist loadgroup -m parallel tests/unit tests/inprocess tests/local_platform tests/integration
-	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15 -m "not parallel" --ignore=tests/unit --ignore=tests/inprocess
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15 -m "not parallel" --ignore=tests/unit
 
 # The local platform and Airflow with the example DAGs, for a look at the UI; Ctrl-C stops it all.
 ui: $(STAMP) postgres

@@ -16,12 +16,14 @@ ModelArts throttle per account and region without publishing the numbers
   digest of the credentials. A process takes its share of the rates
   (``[training_provider] api_budget_share``, default 1.0): triggerers and workers share no store,
   so N processes waiting on one account each take 1/N (``docs/scale.md``).
-* **Paced, never over** (:class:`RequestPacer`, a generic cell rate algorithm): requests are spread
-  at the rate with a small burst, so that no fixed hour window of the platform's ever sees more
-  than the rate, whatever its alignment.
-* **Creates and cancels first**: writes and creates have their own pacers and never queue behind
-  reads; a throttle answer pauses the reads of the account (its ``Retry-After``, else a backoff
-  doubling from 1 s to 60 s), not the writes.
+* **Paced, never over**: reads are spread at the rate with a small burst (:class:`RequestPacer`, a
+  generic cell rate algorithm); writes and creates, rare and urgent, may go at once up to the
+  window's limit (:class:`WindowLimiter`). Either way no window of the platform's (an hour for
+  TensorOne), however aligned, sees more than its limit.
+* **Creates and cancels first**: writes and creates have their own limits and never queue behind
+  reads, and the reads on a cancel's way (its state check, its confirm polls: ``urgent``) are sent
+  at once and only counted; a throttle answer pauses the other reads of the account (its
+  ``Retry-After``, else a backoff doubling from 1 s to 60 s), not the writes.
 * **Stretched, not broken** (:meth:`AccountBudget.stretch`): pollers register their demand (reads
   per second); when the demand is more than the reads the budget can pace (less a fifth kept for
   the reads a poll cannot plan: events after a change, final views, confirms), every poll interval
@@ -34,6 +36,7 @@ import asyncio
 import itertools
 import threading
 import time
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -117,8 +120,9 @@ def budget_share() -> float:
 class RequestPacer:
     """Requests at ``per_hour`` with a burst of a few, as a generic cell rate algorithm: each
     :meth:`reserve` books the next free slot (first come, first served) and says how long to wait
-    for it. The burst (1–10 requests) is taken out of the rate, so no window of ``window`` seconds,
-    however aligned, holds more than ``per_hour`` allows in it.
+    for it. The burst (1–10 requests) is taken out of the rate, and as many again for urgent reads
+    (:meth:`take_now`), so no window of ``window`` seconds, however aligned, holds more than
+    ``per_hour`` allows in it while urgent reads stay within a burst per window.
 
     :param per_hour: requests per hour, > 0.
     :param window: seconds of the platform's counting window (3600: an hour).
@@ -127,7 +131,8 @@ class RequestPacer:
     def __init__(self, per_hour: float, window: float = 3600.0, clock: Any = time.monotonic) -> None:
         per_window = per_hour * window / 3600.0
         self.burst = max(1.0, min(10.0, per_window * 0.05))
-        self.per_second = max(per_window - self.burst, per_window * 0.5) / window
+        # a burst's worth more is kept for urgent reads, sent at once past any backlog (take_now)
+        self.per_second = max(per_window - 2 * self.burst, per_window * 0.5) / window
         self.interval = 1.0 / self.per_second
         self._tolerance = (self.burst - 1.0) * self.interval
         self._clock = clock
@@ -143,6 +148,42 @@ class RequestPacer:
             self._tat = tat + self.interval
             return wait
 
+    def take_now(self) -> None:
+        """Count a request sent at once (an urgent one): the requests booked after it wait one
+        slot more, so the rate holds over time (the planned share keeps room for these)."""
+        with self._lock:
+            self._tat = max(self._tat, self._clock()) + self.interval
+
+
+class WindowLimiter:
+    """At most ``per_hour`` × ``window`` / 3600 requests in any ``window`` seconds (a sliding log
+    of the sends): writes and creates are rare and urgent, so they may all go at once as long as
+    no window of the platform's, however aligned, gets more than its limit.
+
+    :param clock: monotonic seconds (a test passes a fake one)."""
+
+    def __init__(self, per_hour: float, window: float = 3600.0, clock: Any = time.monotonic) -> None:
+        self.limit = max(1, int(per_hour * window / 3600.0))
+        self.window = window
+        self._clock = clock
+        self._sends: deque[float] = deque()  # booked send times, oldest first (some in the future)
+        self._lock = threading.Lock()
+
+    def reserve(self, not_before: float = 0.0) -> float:
+        """Book the first send time when the window has room; seconds to wait for it."""
+        with self._lock:
+            now = self._clock()
+            at = max(now, not_before)
+            if len(self._sends) >= self.limit:
+                at = max(at, self._sends[-self.limit] + self.window)
+            while self._sends and self._sends[0] <= now - self.window:
+                self._sends.popleft()
+            self._sends.append(at)
+            return at - now
+
+    def take_now(self) -> None:
+        self.reserve()
+
 
 @dataclass
 class AccountBudget:
@@ -154,7 +195,7 @@ class AccountBudget:
 
     rates: ApiRates
     name: str = ""
-    _pacers: dict[str, RequestPacer] = field(default_factory=dict)
+    _pacers: dict[str, RequestPacer | WindowLimiter] = field(default_factory=dict)
     _paused_until: float = 0.0
     _throttles: int = 0
     _demand: dict[int, float] = field(default_factory=dict)
@@ -165,43 +206,54 @@ class AccountBudget:
         for kind in ("read", "write", "create"):
             rate = self.rates.of(kind)
             if rate:
-                self._pacers[kind] = RequestPacer(rate, self.rates.window_seconds)
+                limiter = RequestPacer if kind == "read" else WindowLimiter
+                self._pacers[kind] = limiter(rate, self.rates.window_seconds)
 
     @property
     def read_rate(self) -> float | None:
         """Reads per second this process may make on the account (``None``: not paced)."""
         pacer = self._pacers.get("read")
-        return pacer.per_second if pacer else None
+        return pacer.per_second if isinstance(pacer, RequestPacer) else None
 
-    def delay(self, kind: RequestKind) -> float:
-        """Seconds to wait before sending a request of ``kind`` (its slot booked). Reads also wait
-        out a throttle pause; writes and creates never do, nor queue behind reads."""
-        not_before = self._paused_until if kind == "read" else 0.0
+    def delay(self, kind: RequestKind, urgent: bool = False) -> float:
+        """Seconds to wait before sending a request of ``kind`` (its slot booked). Reads wait for
+        their slot and out a throttle pause; an ``urgent`` read (a cancel's) does neither, it is
+        only counted; writes and creates have their own limits and never queue behind reads."""
         pacer = self._pacers.get(kind)
+        if kind == "read" and urgent:
+            if pacer is not None:
+                pacer.take_now()
+            return 0.0
+        not_before = self._paused_until if kind == "read" else 0.0
         if pacer is not None:
             return pacer.reserve(not_before)
         return max(0.0, not_before - time.monotonic())
 
-    async def acquire(self, kind: RequestKind) -> None:
+    async def acquire(self, kind: RequestKind, urgent: bool = False) -> None:
         """Wait for a slot of ``kind`` (event loop)."""
-        wait = self.delay(kind)
+        wait = self.delay(kind, urgent)
         if wait > 0:
             await asyncio.sleep(wait)
 
-    def acquire_sync(self, kind: RequestKind) -> None:
+    def acquire_sync(self, kind: RequestKind, urgent: bool = False) -> None:
         """Wait for a slot of ``kind`` (a worker's thread)."""
-        wait = self.delay(kind)
+        wait = self.delay(kind, urgent)
         if wait > 0:
             time.sleep(wait)
 
-    def answered(self, error: BaseException | None) -> None:
-        """Learn from an answer: a throttle pauses the reads (its ``Retry-After``, else a backoff
-        doubling from 1 s to 60 s while throttles repeat); a success resets the backoff."""
+    def answered(self, error: BaseException | None, kind: RequestKind = "read") -> None:
+        """Learn from an answer to a request of ``kind``: a throttled read pauses the reads (its
+        ``Retry-After``, else a backoff doubling from 1 s to 60 s while throttles repeat); a success
+        resets the backoff. A throttled write or create pauses nothing: platforms count them apart
+        (TensorOne), and they are retried on their own."""
         if error is None:
             if self._throttles:
                 self._throttles = 0
             return
         if not is_throttle(error):
+            return
+        if kind != "read":
+            self.throttled_answers += 1
             return
         self.throttled_answers += 1
         self._throttles += 1
@@ -246,7 +298,7 @@ class AccountBudget:
             f"API budget of {self.name}: {jobs} polled every {interval:g} s would make "
             f"{self.demand * 3600:,.0f} reads/h; this process may make {rate * 3600:,.0f} reads/h "
             f"({PLANNED_READ_SHARE:.0%} of it planned for polls; [{CONFIG_SECTION}] {SHARE_KEY} = "
-            f"{budget_share():g}), so each job is polled every {interval * factor:,.0f} s instead"
+            f"{budget_share():g}), so each job is polled every {interval * factor:,.1f} s instead"
         )
 
 

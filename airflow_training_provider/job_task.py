@@ -331,12 +331,26 @@ class TrainingJobTaskMixin(_Host):
         return LogFollow(), SecretLines([*resolved.values, *self.program_secret_values()])
 
     def _init_job_task(
-        self, *, poll_interval: Any, outage_budget: Any, confirm_cancel_timeout: Any, **policy: Any
+        self,
+        *,
+        poll_interval: Any,
+        outage_budget: Any,
+        confirm_cancel_timeout: Any,
+        coalesce: Any = True,
+        events_interval: Any = 1800.0,
+        **policy: Any,
     ) -> None:
         """Check and keep the waiting parameters (``ValueError`` naming a bad one, at DAG parse
         time): ``self.polling`` from the intervals, ``self.cancel_policy`` from the cancel options."""
         owner = f"{type(self).__name__}({self.task_id})"
-        self.polling = parameters(Polling, owner, poll_interval=poll_interval, outage_budget=outage_budget)
+        self.polling = parameters(
+            Polling,
+            owner,
+            poll_interval=poll_interval,
+            outage_budget=outage_budget,
+            coalesce=coalesce,
+            events_interval=events_interval,
+        )
         self.cancel_policy = parameters(
             CancelPolicy, owner, CONFIRM_TIMEOUT_PARAMETER, confirm_timeout=confirm_cancel_timeout, **policy
         )

@@ -12,8 +12,8 @@ member from the freshest round. The member's own Get job is sent instead (one ca
 
 * the job is not in the round's answer, or the round failed: read on its own this time;
 * the row says the job ended: its whole final view is read on its own;
-* the platform's row is partial (``Dialect.batch_rows_complete`` false) and says the job's state,
-  status or message changed since its own last read: read on its own, then that view is answered
+* the platform's row is partial (``Dialect.batch_rows_complete`` false) and says the job's state
+  or status changed since its own last read: read on its own, then that view is answered
   until the row changes again;
 * no round came within one and a half rounds (and 5 s), or the member's deadline came: its own
   read, so a deadline's cancel is never held up by the poller.
@@ -25,20 +25,24 @@ A state change at the platform is therefore seen at the first round after it: wi
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from airflow_training_provider.budget import AccountBudget
-from airflow_training_provider.errors import TrainingPlatformError
+from airflow_training_provider.errors import TrainingPlatformError, TransientPlatformError
 from airflow_training_provider.lifecycle.operations import JobOperations
 from airflow_training_provider.models import TrainingJob
 from airflow_training_provider.platforms.base import ApiRequest, parse_answer
 
 if TYPE_CHECKING:
     from airflow_training_provider.hooks.training_async import AsyncTrainingPlatformClient
+
+log = logging.getLogger(__name__)
 
 #: seconds a member waits for a round beyond one and a half rounds before reading on its own
 ROUND_GRACE = 5.0
@@ -49,7 +53,9 @@ MAX_PAGES = 50
 @dataclass
 class _Member:
     interval: float
-    seen_round: float = -math.inf  # the start (monotonic) of the round it was last answered from
+    client: AsyncTrainingPlatformClient | None = None  # its session stays open while it waits
+    users: int = 1  # waits on this job (an operator's trigger and a sensor may watch one job)
+    seen_at: float = -math.inf  # when (monotonic) its last answer was read: its own read, or a round's start
     own_key: tuple | None = None  # state, status, message of its last own read (partial rows)
     own_view: TrainingJob | None = None  # that read's job (partial rows: answered while unchanged)
     created_at: datetime | None = None
@@ -71,7 +77,6 @@ class StatusPoller:
     """
 
     def __init__(self, client: AsyncTrainingPlatformClient, budget: AccountBudget) -> None:
-        self.client = client
         self.dialect = client.dialect
         self.ops = JobOperations(client.dialect, client.connection.base_url)  # console links
         self.budget = budget
@@ -83,13 +88,32 @@ class StatusPoller:
         self._demand = budget.register(0.0)
         self.rounds = 0
         self.calls = 0
+        self.refused: str | None = None  # the batch read was refused for good: every member reads its own
 
     # -- membership ------------------------------------------------------------------------------
-    def join(self, job_id: str, interval: float) -> None:
-        self.members[job_id] = _Member(interval)
+    def join(self, job_id: str, interval: float, client: AsyncTrainingPlatformClient) -> None:
+        """Job ``job_id`` waits, polled every ``interval`` s, through ``client`` (whose session a
+        round may use while the member waits)."""
+        member = self.members.get(job_id)
+        if member is not None:
+            member.users += 1
+            member.interval = min(member.interval, interval)
+            return
+        # answered from rounds that start after it joined: without a time, its wanted round would
+        # be the never-run one before the first (no rows), and it would read its own for ever
+        self.members[job_id] = _Member(interval, client, seen_at=time.monotonic())
 
     def leave(self, job_id: str) -> None:
-        self.members.pop(job_id, None)
+        member = self.members.get(job_id)
+        if member is not None:
+            member.users -= 1
+            if member.users <= 0:
+                del self.members[job_id]
+
+    @property
+    def client(self) -> AsyncTrainingPlatformClient:
+        """A member's client: the rounds use the session of one that is still waiting."""
+        return next(m.client for m in self.members.values() if m.client is not None)
 
     @property
     def cadence(self) -> float:
@@ -99,19 +123,24 @@ class StatusPoller:
         return min(m.interval for m in self.members.values()) * self.budget.stretch()
 
     # -- a member's status read ------------------------------------------------------------------
-    async def status(self, job_id: str) -> TrainingJob | None:
+    async def status(self, job_id: str, max_wait: float | None = None) -> TrainingJob | None:
         """Member ``job_id``'s job from the freshest round after its last answer; ``None``: the
-        driver sends the job's own read (see the module doc), then reports it with :meth:`own_read`."""
+        driver sends the job's own read (see the module doc), then reports it with :meth:`own_read`.
+
+        :param max_wait: seconds it may wait for a round at most (the time left to the member's
+            deadline); then its own read."""
         member = self.members.get(job_id)
-        if member is None or member.own_view is None:  # the first read is the job's own
+        if member is None or member.own_view is None or self.refused:  # the first read is its own
             return None
-        wanted = member.seen_round + self.cadence / 2  # the round after the one it was answered from
+        wanted = member.seen_at + self.cadence / 2  # a round after its last answer, not that one
         round_: _Round | None = self._latest
         if self._latest.started < wanted:
-            round_ = await self._wait_round(wanted)
-        if round_ is None or round_.rows is None:  # none came in time, or it failed: its own read
+            round_ = await self._wait_round(wanted, max_wait)
+        if round_ is None:  # none came in time: its own read
             return None
-        member.seen_round = round_.started
+        member.seen_at = round_.started
+        if round_.rows is None:  # it failed: its own read, and the next poll waits for a later round
+            return None
         row = (round_.rows or {}).get(job_id)
         if row is None or row.is_terminal:
             return None
@@ -127,6 +156,7 @@ class StatusPoller:
         (the list's time bound)."""
         member = self.members.get(job_id)
         if member is not None:
+            member.seen_at = time.monotonic()
             member.own_key, member.own_view = _key(job), job
             member.created_at = member.created_at or job.created_at
             # the next answer comes from a round started after this read: without it, a member
@@ -134,11 +164,13 @@ class StatusPoller:
             # own at every poll
             member.seen_round = max(member.seen_round, time.monotonic() - self.cadence / 2)
 
-    async def _wait_round(self, wanted: float) -> _Round | None:
+    async def _wait_round(self, wanted: float, max_wait: float | None = None) -> _Round | None:
         """The first round started at or after ``wanted`` (monotonic), or ``None`` when none
         comes within one and a half rounds (and :data:`ROUND_GRACE`) or it failed."""
         self._ensure_running()
         limit = time.monotonic() + self.cadence * 1.5 + ROUND_GRACE
+        if max_wait is not None:
+            limit = min(limit, time.monotonic() + max_wait)
         while True:
             round_ = self._next or self._latest
             if round_.started >= wanted and round_.done.is_set():
@@ -151,7 +183,7 @@ class StatusPoller:
                 await asyncio.sleep(min(left, max(0.05, wanted - time.monotonic())))
                 continue
             try:
-                await asyncio.wait_for(asyncio.shield(target.done.wait()), left)
+                await asyncio.wait_for(target.done.wait(), left)
             except TimeoutError:
                 return None
             if target.started >= wanted:
@@ -164,7 +196,7 @@ class StatusPoller:
 
     async def _run(self) -> None:
         try:
-            while self.members:
+            while self.members and not self.refused:
                 started = time.monotonic()
                 self._next = _Round(started, None)
                 rows, pages = await self._read_round(list(self.members))
@@ -193,6 +225,7 @@ class StatusPoller:
             group = job_ids[start : start + size]
             wanted = set(group)
             page: str | None = None
+            start_pages = pages
             for _ in range(MAX_PAGES):
                 request = self.dialect.status_batch_request(group, page, since)
                 if request is None:
@@ -200,8 +233,16 @@ class StatusPoller:
                 request = _bounded(request, self.cadence)
                 try:
                     body = await self.client.call(request)
-                    batch = parse_answer(request, self.dialect.parse_status_batch, body)
-                except TrainingPlatformError:
+                    batch = parse_answer(request, partial(self.dialect.parse_status_batch, page=page), body)
+                except TransientPlatformError:
+                    return None, pages + 1
+                except TrainingPlatformError as exc:  # refused (no permission, not served): for good
+                    self.refused = f"{request.method} {request.path}: {exc}"
+                    log.warning(
+                        "%s: the batch status read was refused (%s); every waiting job is polled on its own",
+                        self.dialect.name,
+                        exc,
+                    )
                     return None, pages + 1
                 finally:
                     pages += 1
@@ -209,14 +250,17 @@ class StatusPoller:
                 for job in batch.jobs:
                     rows[job.id] = job
                 wanted -= rows.keys()
-                if not wanted or batch.next_page is None:
+                # no more pages than the jobs still missing would cost on their own
+                if not wanted or batch.next_page is None or pages >= start_pages + len(wanted):
                     break
                 page = batch.next_page
         return rows, pages
 
 
 def _key(job: TrainingJob) -> tuple:
-    return (job.state, job.raw_status, job.message)
+    """What a partial row is compared on: state and status (not the message: a list row may lack
+    one the job's own read has, as Together's lacks a stopping job's cancel message)."""
+    return (job.state, job.raw_status)
 
 
 def _bounded(request: ApiRequest, cadence: float) -> ApiRequest:

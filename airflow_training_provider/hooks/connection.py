@@ -70,11 +70,19 @@ class PlatformConnection:
             parts.api_rates,
         )
 
+    @property
+    def account_key(self) -> tuple[str, str]:
+        """The account, without a secret: the endpoint and the credentials' digest — or, for
+        credentials with a source (an assumed AWS role, an OAuth exchange), the source's key, which
+        stays the same when the keys it gives rotate."""
+        source = self.credentials.source
+        return self.base_url, source.key if source is not None else self.credentials.fingerprint()
+
     def budget(self) -> AccountBudget:
         """This process's budget of the connection's account (:func:`account_budget`): one per
         endpoint and credentials, whichever connection names them."""
         return account_budget(
-            (self.base_url, self.credentials.fingerprint()),
+            self.account_key,
             self.api_rates,
             f"connection {self.conn_id!r} ({self.platform.display_name})",
         )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from functools import cached_property
 from typing import Any
 
@@ -128,18 +129,22 @@ class TrainingPlatformHook(JobApi, HttpHook):
         """
         reply: Any = None
         error: BaseException | None = None
+        at_deadline = False  # the last sleep reached the deadline: the next read is urgent
         while True:
             done, step = advance(operation, reply, error)
             if done:
                 return step
             reply = error = None
             if isinstance(step, ApiRequest):
+                if at_deadline:
+                    step, at_deadline = replace(step, urgent=True), False
                 try:
                     reply = self.call(step)
                 except Exception as exc:  # noqa: BLE001 - the operation decides what it means
                     error = exc
             elif isinstance(step, Sleep):
                 seconds = self._stretched(step)
+                at_deadline = step.limit is not None and seconds >= step.limit
                 if stop is None:
                     time.sleep(seconds)
                 elif stop.wait(seconds):
@@ -180,11 +185,11 @@ class TrainingPlatformHook(JobApi, HttpHook):
         """One send, in its slot of the account's budget (reads paced, writes and creates first;
         :mod:`~airflow_training_provider.budget`), which learns how it was answered."""
         budget = self.platform_connection.budget()
-        budget.acquire_sync(request.kind)  # type: ignore[arg-type]
+        budget.acquire_sync(request.kind, request.urgent)  # type: ignore[arg-type]
         try:
             answer = self._send_now(request)
         except TransientPlatformError as exc:
-            budget.answered(exc)
+            budget.answered(exc, request.kind)  # type: ignore[arg-type]
             raise
         budget.answered(None)
         return answer

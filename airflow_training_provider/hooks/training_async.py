@@ -14,7 +14,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import aiohttp
@@ -143,7 +143,7 @@ class AsyncTrainingPlatformHook(HttpAsyncHook):
         )
         shared = _acquire(key, make)
         client = AsyncTrainingPlatformClient(
-            shared[1].session, platform, self.retry_policy, options, platform.budget(), key
+            shared[1].session, platform, self.retry_policy, options, platform.budget(), platform.account_key
         )
         return client, shared
 
@@ -226,7 +226,7 @@ class AsyncTrainingPlatformClient(JobApi):
         if self.budget is None:
             return
         self.poller = poller_for((*self._key, self.dialect.name), self, self.budget)
-        self.poller.join(job_id, interval)
+        self.poller.join(job_id, interval, self)
         self._members.append(job_id)
 
     def plan(self, reads_per_second: float) -> None:
@@ -259,7 +259,8 @@ class AsyncTrainingPlatformClient(JobApi):
         is stretched by the budget's factor (never past its deadline), said once in the log."""
         reply: Any = None
         error: BaseException | None = None
-        at_deadline = False
+        at_deadline = False  # the last sleep reached the deadline: the next read is urgent and its own
+        left: float | None = None  # seconds from the end of the last poll sleep to the deadline
         noted = False
         while True:
             done, step = advance(operation, reply, error)
@@ -267,9 +268,12 @@ class AsyncTrainingPlatformClient(JobApi):
                 return step
             reply = error = None
             if isinstance(step, ApiRequest):
+                if at_deadline:  # (once: the read right after that sleep)
+                    at_deadline = False
+                    step = replace(step, urgent=True, status_of=None)
                 try:
-                    if step.status_of is not None and self.poller is not None and not at_deadline:
-                        reply = await self._status(step, self.poller)
+                    if step.status_of is not None and self.poller is not None:
+                        reply = await self._status(step, self.poller, left)
                     else:
                         reply = await self.call(step)
                 except Exception as exc:  # noqa: BLE001 - the operation decides what it means
@@ -283,15 +287,17 @@ class AsyncTrainingPlatformClient(JobApi):
                         self.ops.warned_at = time.monotonic()
                         self.ops.log.warning("%s", self.budget.stretch_note(step.seconds))
                 at_deadline = step.limit is not None and seconds >= step.limit
+                left = None if step.limit is None else max(0.0, step.limit - seconds)
                 await asyncio.sleep(seconds)
             elif report is not None and (outcome := report(step)) is not None:
                 await outcome
 
-    async def _status(self, request: ApiRequest, poller: StatusPoller) -> Any:
-        """A waiting job's status from the shared poller, or its own read when the poller says so."""
+    async def _status(self, request: ApiRequest, poller: StatusPoller, max_wait: float | None) -> Any:
+        """A waiting job's status from the shared poller (waiting at most ``max_wait`` s: the time
+        to its deadline), or its own read when the poller says so."""
         job_id = request.status_of
         assert job_id is not None
-        job = await poller.status(job_id)
+        job = await poller.status(job_id, max_wait)
         if job is None:
             job = await self.call(request)
             poller.own_read(job_id, job)
@@ -321,11 +327,11 @@ class AsyncTrainingPlatformClient(JobApi):
         budget = self.budget
         if budget is None:
             return await self._send_now(request)
-        await budget.acquire(request.kind)  # type: ignore[arg-type]
+        await budget.acquire(request.kind, request.urgent)  # type: ignore[arg-type]
         try:
             answer = await self._send_now(request)
         except TransientPlatformError as exc:
-            budget.answered(exc)
+            budget.answered(exc, request.kind)  # type: ignore[arg-type]
             raise
         budget.answered(None)
         return answer

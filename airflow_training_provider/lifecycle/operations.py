@@ -363,12 +363,18 @@ class JobOperations:
         found = [j for j in listed if j.id == job_id]
         return self._linked(found[0]) if found else None
 
-    def get_job(self, job_id: str, budget: float | None = None) -> Operation[TrainingJob]:
-        """Job ``job_id`` now. ``budget``: seconds to ride out transient errors (outage budget).
+    def get_job(
+        self, job_id: str, budget: float | None = None, urgent: bool = False
+    ) -> Operation[TrainingJob]:
+        """Job ``job_id`` now. ``budget``: seconds to ride out transient errors (outage budget);
+        ``urgent``: a read on a cancel's way (:attr:`ApiRequest.urgent`).
 
         :raises JobNotFoundError: the platform does not know the job.
         """
-        return (yield replace(self.dialect.get_request(job_id), budget=budget, reader=self._read_job))
+        request = replace(
+            self.dialect.get_request(job_id), budget=budget, reader=self._read_job, urgent=urgent
+        )
+        return (yield request)
 
     def _read_job(self, raw: bytes | str) -> TrainingJob:
         """A Get job answer (raw body) as the job; read in the transport, so a 2xx body that is not
@@ -459,13 +465,18 @@ class JobOperations:
         :raises MalformedResponseError: the cancel's answer does not read (the cancel may have
             landed)."""
         cancel = self.dialect.effective_cancel(cancel)
-        if not cancel.force and (skipped := no_cancel_needed((yield from self.get_job(job_id)))):
-            return skipped
+        if not cancel.force:
+            try:  # one attempt: a throttled or failing state check must not hold the cancel back
+                job = yield from self.get_job(job_id, budget=0.0, urgent=True)
+            except TransientPlatformError:
+                job = None
+            if job is not None and (skipped := no_cancel_needed(job)):
+                return skipped
         request = replace(self.dialect.cancel_request(job_id, cancel), kind="write")
         try:
             body = yield from self._call(request)
         except JobStateConflictError:
-            result = no_cancel_needed((yield from self.get_job(job_id)))
+            result = no_cancel_needed((yield from self.get_job(job_id, urgent=True)))
             if result is None:
                 raise
             return result
@@ -484,6 +495,7 @@ class JobOperations:
         logs: LogFollow | None = None,
         coalesce: bool = False,
         events_every: float | None = None,
+        urgent: bool = False,
     ) -> Operation[tuple[TrainingJob, int | None]]:
         """Poll job ``job_id`` every ``interval`` s until ``until(job)`` holds or the clock reaches
         ``deadline`` (absolute, ``clock`` seconds); each poll is reported (:class:`Progress`).
@@ -506,13 +518,17 @@ class JobOperations:
         :param events_every: read the events endpoint only when the job's state, status or message
             changed since the last read, once it ended, and at least every ``events_every`` seconds
             (``None``: at every poll). The events themselves are still each reported once.
+        :param urgent: polls on a cancel's way (its confirm): its reads are :attr:`ApiRequest.urgent`
+            and its sleeps are never stretched by the budget.
         :returns: the last job seen and the event cursor after it.
         :raises TransientPlatformError: polls kept failing for longer than ``budget`` seconds.
         """
         caps = self.dialect.capabilities
         streaming = cursor is not None and caps.events
         # built once for the loop; the answer is read straight into the job by _read_poll
-        request = replace(self.dialect.get_request(job_id), budget=budget, reader=self._read_poll)
+        request = replace(
+            self.dialect.get_request(job_id), budget=budget, reader=self._read_poll, urgent=urgent
+        )
         status = replace(request, status_of=job_id) if coalesce else request
         events_key: tuple | None = None
         events_at = float("-inf")
@@ -523,10 +539,13 @@ class JobOperations:
                 if caps.events_in_job:
                     events = job.events
                 elif self._events_due(job, events_every, events_key, events_at):
-                    # unreadable: none this poll, the cursor kept (they are reported once readable)
-                    events_key, events_at = (job.state, job.raw_status, job.message), self.clock()
+                    # unreadable: none this poll, the cursor kept (they are reported once readable,
+                    # tried again at the next poll)
                     read = self._events_read(job_id)
-                    events = (yield from self._optional(EVENTS, job_id, read)) or []
+                    events = yield from self._optional(EVENTS, job_id, read)
+                    if events is not None:
+                        events_key, events_at = (job.state, job.raw_status, job.message), self.clock()
+                    events = events or []
                 if events is not None and len(events) > cursor:
                     yield NewEvents(tuple(events[cursor:]), len(events))
                     cursor = len(events)
@@ -550,10 +569,10 @@ class JobOperations:
                 return job, cursor
             job = events = None  # not kept while sleeping: thousands of triggers wait at once
             if deadline is None:
-                yield Sleep(interval, poll=True)
+                yield Sleep(interval, poll=not urgent)
             else:
                 left = max(0.0, deadline - now)
-                yield Sleep(min(interval, left), poll=True, limit=left)
+                yield Sleep(min(interval, left), poll=not urgent, limit=left)
 
     def _events_due(
         self, job: TrainingJob, every: float | None, last_key: tuple | None, last_at: float
@@ -689,8 +708,9 @@ class JobOperations:
         interval: float,
         budget: float | None = None,
     ) -> Operation[TrainingJob]:
-        """Poll until ``until(job)`` or ``timeout`` seconds passed; the last job seen."""
-        job, _ = yield from self.poll(job_id, until, interval, self.clock() + timeout, budget)
+        """Poll until ``until(job)`` or ``timeout`` seconds passed; the last job seen. Its polls
+        wait for a cancel to take (a confirm), so they are urgent (:attr:`ApiRequest.urgent`)."""
+        job, _ = yield from self.poll(job_id, until, interval, self.clock() + timeout, budget, urgent=True)
         return job
 
     def cancel_and_confirm(

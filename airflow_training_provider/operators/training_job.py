@@ -89,6 +89,11 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
     :param deferrable: wait in the triggerer, freeing the worker slot (default
         ``[operators] default_deferrable``).
     :param poll_interval: seconds (or a ``timedelta``) between status polls.
+    :param coalesce: deferred, wait in the triggerer's shared poller of the connection, which reads
+        many jobs per call where the platform can (``docs/scale.md``, "Coalesced polling");
+        ``False``: this job is polled on its own.
+    :param events_interval: coalesced, the platform's events are read when the job's state changes,
+        at its end, and at least this often otherwise (seconds or a ``timedelta``).
     :param outage_budget: seconds of failed polls tolerated before the task fails with "lost
         contact" (the job is never cancelled for that; the retry re-attaches).
     :param cancel_on_kill: cancel the job when Airflow gives up on the task.
@@ -208,6 +213,8 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
         model_alias: str | None = None,
         wandb_conn_id: str | None = None,
         stream_logs: bool = False,
+        coalesce: bool = True,
+        events_interval: float | timedelta = 1800.0,
         **kwargs: Any,
     ) -> None:
         if isinstance(spec, dict):  # a malformed secret reference fails the DAG parse
@@ -227,6 +234,8 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
         self.resume_from_checkpoint = resume_from_checkpoint
         self.allow_unknown_fields = allow_unknown_fields
         self._init_job_task(
+            coalesce=coalesce,
+            events_interval=events_interval,
             poll_interval=poll_interval,
             outage_budget=outage_budget,
             confirm_cancel_timeout=confirm_cancel_timeout,

@@ -295,13 +295,16 @@ def _malformed_detail(exc: Exception) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def readable_rows(platform: str, rows: Any, parse: Callable[[Any], T], id_path: str) -> list[T]:
+def readable_rows(
+    platform: str, rows: Any, parse: Callable[[Any], T], id_path: str, level: int = logging.WARNING
+) -> list[T]:
     """Every row of a list answer that ``parse`` reads, in order. A row it cannot read (a wrongly
     typed or missing field: any of :data:`MALFORMED_ERRORS`) is left out and logged, naming the row
     (the value at the dotted ``id_path`` when readable, else its position) and the field at fault:
     one bad record never hides the others.
 
     :param platform: the dialect's name, for the log line.
+    :param level: the log line's level.
     :raises ValueError: ``rows`` is not a list (then the answer itself is malformed)."""
     if not isinstance(rows, list):
         raise ValueError(f"{platform}: the list answer's rows are not a list")
@@ -312,7 +315,8 @@ def readable_rows(platform: str, rows: Any, parse: Callable[[Any], T], id_path: 
         except MALFORMED_ERRORS as exc:
             row_id = _dotted(row, id_path)
             which = f"job {row_id!r} (row {index + 1})" if row_id is not None else f"row {index + 1}"
-            log.warning(
+            log.log(
+                level,
                 "%s: listed %s is left out, it does not read as a job (%s); the other rows are kept",
                 platform,
                 which,
@@ -366,6 +370,9 @@ class ApiRequest:
         by the job lifecycle (a program-log read bounded by the next poll), not by dialects.
     :ivar kind: what the call costs in the account's budget (:mod:`~airflow_training_provider.budget`):
         ``read`` (the default), ``write`` (a cancel) or ``create``; set by the job lifecycle.
+    :ivar urgent: a read on a cancel's way (its state check, its confirm polls): sent at once,
+        never behind the polls paced by the budget nor held by a throttle pause (it still counts);
+        set by the job lifecycle.
     :ivar status_of: the status read of waiting job ``status_of`` (a poll after the first): a
         driver that reads many jobs per call (the triggerer's coalesced polling,
         :mod:`~airflow_training_provider.hooks.coalescing`) may answer it from its batch read
@@ -389,6 +396,7 @@ class ApiRequest:
     timeout: float | None = None
     kind: str = "read"
     status_of: str | None = None
+    urgent: bool = False
 
 
 @dataclass
@@ -811,9 +819,14 @@ class Dialect(ABC):
         """
         return None
 
-    def parse_status_batch(self, body: Any) -> StatusBatch:
+    def parse_status_batch(self, body: Any, page: str | None = None) -> StatusBatch:
         """The jobs of one page of a batch status read (:meth:`status_batch_request`), a row that
-        does not read as a job left out (logged, :meth:`listed_jobs`), and the next page's token.
+        does not read as a job left out (logged, :meth:`listed_jobs`; at debug level for a list
+        that also holds other jobs, read every round: a waiting job whose row is left out is read
+        on its own, and that read says what is wrong), and the next page's token.
+
+        :param page: the token the page was asked with (``None``: the first), for a list whose
+            answer does not say which page it is (PAI's ``PageNumber``).
 
         :raises Exception: any of :data:`MALFORMED_ERRORS` on an answer of another shape.
         :raises NotImplementedError: no batch read (the default)."""
@@ -945,10 +958,14 @@ class Dialect(ABC):
         :raises NotImplementedError: the platform cannot list jobs (the default)."""
         raise NotImplementedError(f"{self.name} cannot list jobs")
 
-    def listed_jobs(self, rows: Any, parse: Callable[[Any], TrainingJob] | None = None) -> list[TrainingJob]:
+    def listed_jobs(
+        self, rows: Any, parse: Callable[[Any], TrainingJob] | None = None, quiet: bool = False
+    ) -> list[TrainingJob]:
         """``rows`` of a list answer read by ``parse`` (:meth:`parse_job` by default), keeping every
-        row it can read (:func:`readable_rows`). :raises ValueError: ``rows`` is not a list."""
-        return readable_rows(self.name, rows, parse or self.parse_job, self.list_row_id)
+        row it can read (:func:`readable_rows`; ``quiet``: a row left out is logged at debug level).
+        :raises ValueError: ``rows`` is not a list."""
+        level = logging.DEBUG if quiet else logging.WARNING
+        return readable_rows(self.name, rows, parse or self.parse_job, self.list_row_id, level)
 
     def parse_events(self, body: Any) -> list[JobEvent]:
         """The events of an events answer (to :meth:`events_request`), in platform order (oldest

@@ -57,6 +57,7 @@ from airflow_training_provider.platforms.base import (
     Dialect,
     HttpRequest,
     LogPage,
+    StatusBatch,
     WireModel,
     local_cost_usd,
     local_final_checkpoint,
@@ -80,6 +81,8 @@ RESUME_CHANNEL = "resume_from"
 ANNOTATION_PREFIX = "airflow-"
 #: phases a job can still be stopped in (the search of re-attach and the reaper).
 LIVE_PHASES = ("Creating", "Pending", "Running")
+#: phases of a job that has not ended (a coalesced status read): the live ones and ``Terminating``
+WAITING_PHASES = (*LIVE_PHASES, "Terminating")
 SEARCH_LIMIT = 50  # the API's maximum page
 EVENTS_LIMIT = 100  # the API's maximum page
 
@@ -156,7 +159,8 @@ class WireJob(_Wire):
 
 class WireSearch(_Wire):
     items: list[Any] = Field(default_factory=list)  # each row read on its own (Dialect.listed_jobs)
-    total: int | None = None
+    total: int | None = None  # every job of the project
+    count: int | None = None  # the jobs matching the search
 
 
 class WireEvent(_Wire):
@@ -447,6 +451,39 @@ class ModelArtsDialect(Dialect):
     def probe_request(self) -> ApiRequest:
         """The search with one row at most."""
         return ApiRequest("POST", SEARCH_PATH, body={"offset": 0, "limit": 1})
+
+    #: the search takes no list of job ids: one request (and its pages) lists every waiting job
+    batch_size = 10_000
+    #: a search item is the whole job object (``JobResponse``), as Show answers it
+    batch_rows_complete = True
+
+    def status_batch_request(
+        self, job_ids: list[str], page: str | None = None, created_after: datetime | None = None
+    ) -> ApiRequest:
+        """The job search (``POST /v2/{project_id}/training-job-searches``), which has no filter by
+        job id: the jobs that have not ended (``phase`` ``in`` :data:`WAITING_PHASES`; a job that
+        ended drops out and is read on its own, as its final view is anyway), newest first,
+        :data:`SEARCH_LIMIT` a page, ``offset`` = ``page`` (a page index from 0); ``job_ids`` are
+        found in the answer. Live jobs of any age are searched (``created_after`` is not needed)."""
+        body = {
+            "offset": int(page or 0),
+            "limit": SEARCH_LIMIT,
+            "sort_by": "create_time",
+            "order": "desc",
+            "filters": [{"key": "phase", "operator": "in", "value": list(WAITING_PHASES)}],
+        }
+        return ApiRequest("POST", SEARCH_PATH, body=body)
+
+    def parse_status_batch(self, body: Any, page: str | None = None) -> StatusBatch:
+        """The page's ``items`` (whole jobs); the next page index while ``count`` (the matching
+        jobs) says more follow, or, without ``count``, while the page is full."""
+        wire = WireSearch.model_validate(body or {})
+        index = int(page or 0)
+        if wire.count is not None:
+            more = (index + 1) * SEARCH_LIMIT < wire.count
+        else:
+            more = len(wire.items) >= SEARCH_LIMIT
+        return StatusBatch(self.listed_jobs(wire.items, quiet=True), str(index + 1) if more else None)
 
     def events_request(self, job_id: str) -> ApiRequest | None:
         return ApiRequest(

@@ -57,6 +57,7 @@ from airflow_training_provider.platforms.base import (
     Dialect,
     HttpRequest,
     LogPage,
+    StatusBatch,
     WireModel,
     local_cost_usd,
     local_final_checkpoint,
@@ -95,6 +96,9 @@ _EVENT_LINE = re.compile(r"^(?P<at>\d{4}-\d\d-\d\dT[\d:.]+Z)\s+(?:\[(?P<type>[^\
 
 #: ``ListTrainingJobLogs`` ``PageSize``: lines per page (the reference's example is 100)
 LOG_PAGE_SIZE = 100
+#: ``ListTrainingJobs`` ``PageSize`` of a coalesced status read: PAI documents no maximum (its SDK's
+#: list helpers ask 20 and 50); the local platform takes up to 1,000
+STATUS_PAGE_SIZE = 100
 
 
 def endpoint_of(region: str) -> str:
@@ -424,6 +428,39 @@ class PaiDialect(Dialect):
 
     def probe_request(self) -> ApiRequest:
         return self._call("ListTrainingJobs", "GET", PATH, params={"PageSize": 1, "PageNumber": 1})
+
+    #: ``ListTrainingJobs`` takes no list of job ids: one request (and its pages) lists them all
+    batch_size = 10_000
+    #: a ``ListTrainingJobs`` row has no ``LatestMetrics``, ``Instances``, ``OutputModel`` or
+    #: ``Duration`` (``GetTrainingJob`` has them): it only says whether a job changed
+    batch_rows_complete = False
+
+    def status_batch_request(
+        self, job_ids: list[str], page: str | None = None, created_after: datetime | None = None
+    ) -> ApiRequest:
+        """``ListTrainingJobs``, which has no filter by a list of ids: the account's jobs created
+        since ``created_after`` (``StartTime``, UTC; without it PAI lists the last 7 days), newest
+        first (``SortBy=GmtCreateTime``, ``Order=DESC``: waiting jobs are recent ones),
+        :data:`STATUS_PAGE_SIZE` a page, ``PageNumber`` = ``page`` (1 when ``None``); ``job_ids``
+        are found in the answer."""
+        params: dict[str, Any] = {
+            "PageSize": STATUS_PAGE_SIZE,
+            "PageNumber": int(page or 1),
+            "SortBy": "GmtCreateTime",
+            "Order": "DESC",
+        }
+        if created_after is not None:
+            params["StartTime"] = pai_time(created_after)
+        return self._call("ListTrainingJobs", "GET", PATH, params=params)
+
+    def parse_status_batch(self, body: Any, page: str | None = None) -> StatusBatch:
+        """The page's ``TrainingJobs`` rows (partial: :attr:`batch_rows_complete`); the next
+        ``PageNumber`` while a page is full (the answer does not say which page it is)."""
+        rows = WireList.model_validate(body or {}).TrainingJobs
+        number = int(page or 1)
+        return StatusBatch(
+            self.listed_jobs(rows, quiet=True), str(number + 1) if len(rows) >= STATUS_PAGE_SIZE else None
+        )
 
     def events_request(self, job_id: str) -> ApiRequest | None:
         return self._call(

@@ -448,7 +448,7 @@ class SageMakerDialect(Dialect):
             body["NextToken"] = page
         return self._op("Search", body)
 
-    def parse_status_batch(self, body: Any) -> StatusBatch:
+    def parse_status_batch(self, body: Any, page: str | None = None) -> StatusBatch:
         """The ``Search`` page's ``TrainingJob`` records and its ``NextToken``."""
         wire = WireSearch.model_validate(body or {})
         return StatusBatch(self.listed_jobs(wire.Results, self._search_row), wire.NextToken or None)

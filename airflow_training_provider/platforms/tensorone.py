@@ -26,8 +26,13 @@ from airflow_training_provider.models import (
     JobState,
     TrainingJob,
 )
-from airflow_training_provider.platforms.base import ApiRequest, Capabilities, Dialect, WireModel
+from airflow_training_provider.platforms.base import ApiRequest, Capabilities, Dialect, StatusBatch, WireModel
 from airflow_training_provider.platforms.descriptor import PlatformDescriptor
+
+#: statuses of a job that has not ended (the coalesced status read's ``status`` filter)
+WAITING_STATUSES = ("queued", "initializing", "running", "paused", "cancelling")
+#: jobs a page of the coalesced status read (the list's ``limit`` is 1–100 on the local platform)
+STATUS_PAGE_SIZE = 100
 
 # -- wire models: responses (docs/platforms/tensorone.md: create, get, cancel) ---------------------------------------------------
 
@@ -358,6 +363,36 @@ class TensorOneDialect(Dialect):
     def probe_request(self) -> ApiRequest:
         """``GET /v2/training/jobs?limit=1`` (List training jobs): one row at most."""
         return ApiRequest("GET", "/v2/training/jobs", params=[("limit", 1)])
+
+    #: the list takes no job ids: one request (and its pages) lists every waiting job
+    batch_size = 10_000
+    #: with ``includeMetrics=true`` a list row is the job object the Get with it answers
+    batch_rows_complete = True
+
+    def status_batch_request(
+        self, job_ids: list[str], page: str | None = None, created_after: datetime | None = None
+    ) -> ApiRequest:
+        """``GET /v2/training/jobs?status=<not ended>&includeMetrics=true&limit=100&offset=``: the jobs
+        that have not ended (a job that ended drops out and is read on its own, as its final view
+        is anyway), newest first, 100 a page, ``offset`` = ``page`` (0 when ``None``); ``job_ids``
+        are found in the answer. TensorOne documents no job list (only ``GET /v2/training/models``
+        is, with ``limit`` 1–100): this is the list the local platform serves *(not documented)*."""
+        params: list[tuple[str, Any]] = [
+            ("status", ",".join(WAITING_STATUSES)),
+            ("includeMetrics", "true"),
+            ("limit", STATUS_PAGE_SIZE),
+            ("offset", int(page or 0)),
+        ]
+        return ApiRequest("GET", "/v2/training/jobs", params=params)
+
+    def parse_status_batch(self, body: Any, page: str | None = None) -> StatusBatch:
+        """``{"jobs": [job…], "totalCount"}``; the next ``offset`` while ``totalCount`` says more
+        follow (without it: while the page is full)."""
+        wire = WireJobList.model_validate(body or {})
+        offset = int(page or 0)
+        end = offset + STATUS_PAGE_SIZE
+        more = end < wire.totalCount if wire.totalCount is not None else len(wire.jobs) >= STATUS_PAGE_SIZE
+        return StatusBatch(self.listed_jobs(wire.jobs, quiet=True), str(end) if more else None)
 
     def console_url(self, base_url: str, job_id: str) -> str:
         return f"{base_url.rstrip('/')}/v2/training/jobs/{job_id}"

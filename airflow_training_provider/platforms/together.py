@@ -49,7 +49,7 @@ from airflow_training_provider.models import (
     Progress,
     TrainingJob,
 )
-from airflow_training_provider.platforms.base import ApiRequest, Capabilities, Dialect, WireModel
+from airflow_training_provider.platforms.base import ApiRequest, Capabilities, Dialect, StatusBatch, WireModel
 from airflow_training_provider.platforms.descriptor import PlatformDescriptor
 
 TAGS_KEY = "x_airflow_tags"
@@ -412,6 +412,23 @@ class TogetherDialect(Dialect):
         """``GET /v1/fine-tunes``: every job of the account, whatever its age (``created_after`` is
         not needed)."""
         return ApiRequest("GET", PATH, params=[(TAG_QUERY_PARAM, t) for t in tags] or None)
+
+    #: the list takes no job ids: one request lists every job of the account
+    batch_size = 10_000
+    #: a list row is ``FinetuneResponseTruncated``: no events, no error: it only says whether a job changed
+    batch_rows_complete = False
+
+    def status_batch_request(
+        self, job_ids: list[str], page: str | None = None, created_after: datetime | None = None
+    ) -> ApiRequest:
+        """``GET /v1/fine-tunes``: every job of the account in one answer (Together documents no
+        paging nor filter; the SDK's ``fine_tuning.list()``); ``job_ids`` are found in it."""
+        return ApiRequest("GET", PATH)
+
+    def parse_status_batch(self, body: Any, page: str | None = None) -> StatusBatch:
+        """``{"data": [job…]}`` (truncated jobs, tagged or not); one page, the only one."""
+        rows = body if isinstance(body, list) else WireRows.model_validate(body or {}).data
+        return StatusBatch(self.listed_jobs(rows, quiet=True))
 
     def metrics_request(self, job_id: str) -> ApiRequest:
         """``GET /v1/fine-tunes/{id}/metrics?resolution=`` (Fine-tuning → Get metrics): training rows

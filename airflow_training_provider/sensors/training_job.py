@@ -41,6 +41,11 @@ class TrainingJobSensor(TrainingJobTaskMixin, BaseSensorOperator):
     :param conn_id: platform connection.
     :param deferrable: wait in the triggerer (default ``[operators] default_deferrable``).
     :param poll_interval: seconds (or a ``timedelta``) between polls (also the sensor's ``poke_interval``).
+    :param coalesce: deferred, wait in the triggerer's shared poller of the connection, which reads
+        many jobs per call where the platform can (``docs/scale.md``, "Coalesced polling");
+        ``False``: this job is polled on its own.
+    :param events_interval: coalesced, the platform's events are read when the job's state changes,
+        at its end, and at least this often otherwise (seconds or a ``timedelta``).
     :param outage_budget: seconds of failed polls tolerated before failing with "lost contact".
     :param cancel_on_kill: cancel the job if Airflow gives up on this sensor (default ``False``:
         the sensor does not own the job). Honoured on every path: kill, ``execution_timeout``,
@@ -83,6 +88,8 @@ class TrainingJobSensor(TrainingJobTaskMixin, BaseSensorOperator):
         create_final_checkpoint: bool = True,
         confirm_cancel_timeout: float | timedelta = 60.0,
         stream_logs: bool = False,
+        coalesce: bool = True,
+        events_interval: float | timedelta = 1800.0,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("poke_interval", poll_interval)
@@ -92,6 +99,8 @@ class TrainingJobSensor(TrainingJobTaskMixin, BaseSensorOperator):
         self.conn_id = conn_id
         self.deferrable = deferrable
         self._init_job_task(
+            coalesce=coalesce,
+            events_interval=events_interval,
             poll_interval=poll_interval,
             outage_budget=outage_budget,
             confirm_cancel_timeout=confirm_cancel_timeout,

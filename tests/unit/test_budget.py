@@ -15,6 +15,7 @@ from airflow_training_provider.budget import (
     AccountBudget,
     ApiRates,
     RequestPacer,
+    WindowLimiter,
     account_budget,
     is_throttle,
 )
@@ -56,8 +57,9 @@ def test_requests_sent_as_fast_as_the_pacer_allows_never_exceed_the_limit_in_any
         clock.now += pacer.reserve()
         sent.append(clock.now)
     assert most_in_a_window(sent, window) <= limit
-    # and the rate is used, not wasted: after the burst, one request per slot of the rate
-    assert sent[-1] - sent[0] == pytest.approx((4 * limit - pacer.burst) * window / (limit - pacer.burst))
+    # and the rate is used, not wasted: after the burst, one request per slot of the rate, which
+    # keeps a burst's worth a window for urgent reads
+    assert sent[-1] - sent[0] == pytest.approx((4 * limit - pacer.burst) * window / (limit - 2 * pacer.burst))
 
 
 def test_the_first_requests_go_at_once_up_to_the_burst_then_one_per_interval():
@@ -67,7 +69,19 @@ def test_the_first_requests_go_at_once_up_to_the_burst_then_one_per_interval():
     waits = [pacer.reserve() for _ in range(12)]  # booked now, none sent yet
     assert waits[:10] == [0.0] * 10
     assert waits[10] == pytest.approx(pacer.interval)
-    assert pacer.interval == pytest.approx(3600 / 490)
+    assert pacer.interval == pytest.approx(3600 / 480)  # 500 less the burst, less as many for urgent reads
+
+
+@pytest.mark.parametrize(("per_hour", "window", "limit"), [(50, 3600, 50), (10, 3600, 10), (1000, 36, 10)])
+def test_writes_and_creates_go_at_once_up_to_the_windows_limit_and_never_over_it(per_hour, window, limit):
+    clock = FakeClock()
+    limiter = WindowLimiter(per_hour, window, clock)
+    assert [limiter.reserve() for _ in range(limit)] == [0.0] * limit  # a DAG run's cancels, at once
+    sent = [clock.now] * limit
+    for _ in range(limit * 3):
+        clock.now += limiter.reserve()
+        sent.append(clock.now)
+    assert most_in_a_window(sent, window) <= limit
 
 
 def test_cancels_and_creates_never_queue_behind_a_backlog_of_reads():
@@ -76,6 +90,29 @@ def test_cancels_and_creates_never_queue_behind_a_backlog_of_reads():
     assert backlog[-1] > 1000  # two hundred reads booked: the last one waits a quarter of an hour
     assert budget.delay("write") == 0.0
     assert budget.delay("create") == 0.0
+    # a cancel's own reads (its state check, its confirm polls) go at once, and are counted
+    assert budget.delay("read", urgent=True) == 0.0
+    assert budget.delay("read") > backlog[-1] + 2 * budget._pacers["read"].interval - 0.1
+
+
+def test_urgent_reads_past_a_backlog_stay_within_the_window():
+    clock = FakeClock()
+    pacer = RequestPacer(500, 3600, clock)
+    sent = []
+    for i in range(2000):  # a backlog of reads, sent as their slots come, and an urgent one now and then
+        if i % 50 == 0:
+            pacer.take_now()
+            sent.append(clock.now)
+        clock.now += pacer.reserve()
+        sent.append(clock.now)
+    assert most_in_a_window(sent, 3600) <= 500
+
+
+def test_a_throttled_write_pauses_no_read():
+    budget = AccountBudget(ApiRates())
+    budget.answered(TransientPlatformError("slow", status=429, retry_after=60.0, sent=False), "write")
+    assert budget.delay("read") == 0.0
+    assert budget.throttled_answers == 1
 
 
 def test_a_throttle_pauses_the_reads_for_its_retry_after_but_not_the_writes():
@@ -83,6 +120,7 @@ def test_a_throttle_pauses_the_reads_for_its_retry_after_but_not_the_writes():
     assert budget.delay("read") == 0.0
     budget.answered(TransientPlatformError("slow down", status=429, retry_after=5.0, sent=False))
     assert 4.5 < budget.delay("read") <= 5.0
+    assert budget.delay("read", urgent=True) == 0.0
     assert budget.delay("write") == 0.0
     assert budget.delay("create") == 0.0
     assert budget.throttled_answers == 1
@@ -127,13 +165,13 @@ def test_the_interval_stretches_by_demand_over_the_planned_reads_and_the_note_ha
     budget = AccountBudget(ApiRates(read_per_hour=500), name="connection 't1' (TensorOne)")
     handles = [budget.register(1 / 30) for _ in range(20)]  # twenty jobs polled every 30 s
     rate = budget.read_rate * 3600
-    assert rate == pytest.approx(490)
+    assert rate == pytest.approx(480)
     factor = budget.stretch()
-    assert factor == pytest.approx(2400 / (490 * PLANNED_READ_SHARE))
+    assert factor == pytest.approx(2400 / (480 * PLANNED_READ_SHARE))
     note = budget.stretch_note(30)
     assert "20 pollers polled every 30 s would make 2,400 reads/h" in note
-    assert "this process may make 490 reads/h" in note
-    assert f"polled every {30 * factor:,.0f} s instead" in note
+    assert "this process may make 480 reads/h" in note
+    assert f"polled every {30 * factor:,.1f} s instead" in note
     for h in handles[:17]:
         budget.unregister(h)
     assert budget.stretch() == 1.0  # three jobs: 360 reads/h fit
@@ -190,7 +228,7 @@ def test_a_process_takes_its_configured_share_of_the_rates(monkeypatch):
     monkeypatch.setenv("AIRFLOW__TRAINING_PROVIDER__API_BUDGET_SHARE", "0.25")
     budget = account_budget((f"https://{uuid.uuid4().hex}", "fp"), ApiRates(read_per_hour=400), "c")
     assert budget.rates.read_per_hour == 100
-    assert budget.read_rate * 3600 == pytest.approx(100 - 5)  # burst 5 taken out
+    assert budget.read_rate * 3600 == pytest.approx(100 - 2 * 5)  # burst 5 taken out, twice
     monkeypatch.setenv("AIRFLOW__TRAINING_PROVIDER__API_BUDGET_SHARE", "1.5")
     with pytest.raises(ValueError, match=r"api_budget_share must be in \(0, 1\], got 1.5"):
         account_budget((f"https://{uuid.uuid4().hex}", "fp"), ApiRates(read_per_hour=400), "c")

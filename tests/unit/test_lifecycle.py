@@ -309,3 +309,50 @@ def test_wait_until_stops_at_its_timeout():
     canned, ops = tensorone({("GET", JOB): [t1("running")]}, FakeClock(0.0))
     job = canned.drive(ops.wait_until("j1", lambda j: j.is_terminal, timeout=3.0, interval=1.0))
     assert job.state is JobState.RUNNING and canned.sleeps == [1.0, 1.0, 1.0]
+
+
+# -- the account budget's part: a cancel is never held back by its reads ----------------------------
+def test_a_throttled_state_check_does_not_hold_the_cancel_back():
+    throttled = TransientPlatformError("Too many requests", status=429, retry_after=3000.0, sent=False)
+    canned, ops = tensorone({("GET", JOB): [throttled], ("POST", CANCEL): [CANCEL_ANSWER]})
+    result = canned.drive(ops.cancel_job("j1", CancelRequest(reason="x")))
+    assert result.state is JobState.STOPPING
+    (check,) = canned.calls("GET", JOB)
+    assert check.urgent and check.budget == 0.0, "one urgent attempt, never a wait for Retry-After"
+    (cancel,) = canned.calls("POST", CANCEL)
+    assert cancel.kind == "write"
+
+
+def test_the_cancels_confirm_polls_are_urgent_and_never_stretched():
+    canned, ops = tensorone(
+        {("GET", JOB): [t1("running"), t1("cancelling"), CANCELLED], ("POST", CANCEL): [CANCEL_ANSWER]}
+    )
+    canned.drive(ops.cancel_and_confirm("j1", CancelRequest(reason="x"), 60, 1))
+    assert all(r.urgent for r in canned.calls("GET", JOB))
+    assert canned.sleeps == [1]
+
+
+def test_coalesced_polls_mark_their_status_reads_and_read_events_on_a_change_only():
+    from airflow_training_provider.lifecycle.operations import is_terminal
+
+    events_path = "/v1/fine-tunes/ft-1/events"
+    running = {"id": "ft-1", "status": "running"}
+    canned = Canned(
+        {
+            ("GET", "/v1/fine-tunes/ft-1"): [
+                running,
+                running,
+                running,
+                {"id": "ft-1", "status": "completed"},
+            ],
+            ("GET", events_path): [{"data": []}],
+            ("GET", "/v1/fine-tunes/ft-1/checkpoints"): [{"data": []}],
+            ("GET", "/v1/fine-tunes/ft-1/metrics"): [{"data": []}],
+        }
+    )
+    ops = JobOperations(TogetherDialect(), "http://p", canned.clock)
+    canned.drive(ops.poll("ft-1", is_terminal, 10, cursor=0, coalesce=True, events_every=1800))
+    assert all(r.status_of == "ft-1" for r in canned.calls("GET", "/v1/fine-tunes/ft-1"))
+    # the first poll, then unchanged twice (no read), then the end
+    assert len(canned.calls("GET", events_path)) == 2
+    assert canned.sleeps == [10, 10, 10]

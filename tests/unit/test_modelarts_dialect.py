@@ -366,3 +366,31 @@ def test_a_stopped_job_says_whether_its_program_wrote_a_checkpoint_after_the_sto
     assert result.final_checkpoint_text() == text
     if written:
         assert job.final_checkpoint.created_at == datetime(2025, 3, 1, 10, 30, tzinfo=UTC)
+
+
+def test_the_batch_status_read_searches_the_jobs_not_ended_newest_first():
+    request = D.status_batch_request(["a", "b"], None, datetime(2025, 3, 1, tzinfo=UTC))
+    assert (request.method, request.path) == ("POST", "/training-job-searches")
+    assert request.body == {
+        "offset": 0,
+        "limit": 50,
+        "sort_by": "create_time",
+        "order": "desc",
+        "filters": [
+            {"key": "phase", "operator": "in", "value": ["Creating", "Pending", "Running", "Terminating"]}
+        ],
+    }
+    assert D.status_batch_request(["a"], "2").body["offset"] == 2  # a page index, not an item offset
+    assert D.batch_size >= 10_000 and D.batch_rows_complete is True
+
+
+def test_a_batch_page_reads_whole_jobs_and_asks_the_next_page_while_count_says_more():
+    items = [{**JOB, "metadata": {**JOB["metadata"], "id": f"j{i}"}} for i in range(50)]
+    page = D.parse_status_batch({"total": 400, "count": 120, "limit": 50, "offset": 1, "items": items}, "1")
+    assert len(page.jobs) == 50 and page.next_page == "2"
+    assert page.jobs[0].model_dump(exclude={"id"}) == D.parse_job(JOB).model_dump(exclude={"id"})
+    last = D.parse_status_batch({"total": 400, "count": 120, "items": items[:20]}, "2")
+    assert len(last.jobs) == 20 and last.next_page is None
+    # without count: while a page is full
+    assert D.parse_status_batch({"items": items}).next_page == "1"
+    assert D.parse_status_batch({"items": items[:3]}).next_page is None

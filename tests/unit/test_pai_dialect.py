@@ -336,3 +336,34 @@ def test_a_stopped_job_says_whether_its_program_wrote_a_checkpoint_after_the_sto
     assert result.final_checkpoint_text() == text
     if written:
         assert job.final_checkpoint.created_at == datetime(2025, 3, 1, 10, 30, tzinfo=UTC)
+
+
+def test_the_batch_status_read_lists_the_jobs_since_the_oldest_waiting_one_newest_first():
+    request = D.status_batch_request(["a", "b"], None, datetime(2025, 3, 1, 10, 0, 30, 500000, tzinfo=UTC))
+    assert (request.method, request.path, request.headers["x-acs-action"]) == (
+        "GET",
+        "/api/v1/trainingjobs",
+        "ListTrainingJobs",
+    )
+    assert request.params == {
+        "PageSize": 100,
+        "PageNumber": 1,
+        "SortBy": "GmtCreateTime",
+        "Order": "DESC",
+        "StartTime": "2025-03-01T10:00:30Z",
+    }
+    assert D.status_batch_request(["a"], "3").params["PageNumber"] == 3
+    assert "StartTime" not in D.status_batch_request(["a"]).params  # PAI's 7 days
+    assert D.batch_size >= 10_000 and D.batch_rows_complete is False
+
+
+def test_a_batch_page_reads_its_rows_and_asks_the_next_page_while_it_is_full():
+    row = {k: v for k, v in JOB.items() if k not in ("RequestId", "LatestMetrics", "Instances")}
+    full = {"TrainingJobs": [{**row, "TrainingJobId": f"j{i}"} for i in range(100)], "TotalCount": 250}
+    page = D.parse_status_batch(full, "2")
+    assert len(page.jobs) == 100 and page.jobs[0].id == "j0" and page.jobs[0].state is JobState.RUNNING
+    assert page.jobs[0].metrics == {}, "a list row has no LatestMetrics"
+    assert page.next_page == "3"
+    last = D.parse_status_batch({"TrainingJobs": [row], "TotalCount": 201}, "3")
+    assert [j.id for j in last.jobs] == [JOB_ID] and last.next_page is None
+    assert D.parse_status_batch({"TrainingJobs": [], "TotalCount": 0}).next_page is None

@@ -257,3 +257,25 @@ def test_dialect_registry():
     assert isinstance(get_dialect("tensorone"), TensorOneDialect)
     with pytest.raises(ValueError, match="not a training platform"):
         get_dialect("postgres")
+
+
+def test_the_batch_status_read_lists_the_jobs_not_ended_with_their_metrics():
+    request = D.status_batch_request(["a", "b"], None)
+    assert (request.method, request.path) == ("GET", "/v2/training/jobs")
+    assert request.params == [
+        ("status", "queued,initializing,running,paused,cancelling"),
+        ("includeMetrics", "true"),
+        ("limit", 100),
+        ("offset", 0),
+    ]
+    assert dict(D.status_batch_request(["a"], "200").params)["offset"] == 200
+    assert D.batch_size >= 10_000 and D.batch_rows_complete is True
+
+
+def test_a_batch_page_reads_whole_jobs_and_asks_the_next_offset_while_more_follow():
+    rows = [{**GET_RESPONSE, "jobId": f"j{i}"} for i in range(100)]
+    page = D.parse_status_batch({"jobs": rows, "totalCount": 150, "limit": 100, "offset": 0})
+    assert len(page.jobs) == 100 and page.next_page == "100"
+    assert page.jobs[0].model_dump(exclude={"id"}) == D.parse_job(GET_RESPONSE).model_dump(exclude={"id"})
+    last = D.parse_status_batch({"jobs": rows[:50], "totalCount": 150, "limit": 100, "offset": 100}, "100")
+    assert len(last.jobs) == 50 and last.next_page is None

@@ -515,3 +515,32 @@ def test_dialect_registry():
     assert isinstance(get_dialect("together"), TogetherDialect)
     assert PLATFORMS["together"].dialect is TogetherDialect
     assert PLATFORMS["together"].default_base_url == "https://api.together.ai"
+
+
+def test_the_batch_status_read_is_the_list_of_every_job_in_one_page():
+    request = D.status_batch_request(["a", "b"], "ignored")
+    assert (request.method, request.path, request.params, request.body) == (
+        "GET",
+        "/v1/fine-tunes",
+        None,
+        None,
+    )
+    assert D.batch_size >= 10_000 and D.batch_rows_complete is False
+    truncated = {k: v for k, v in JOB.items() if k not in ("events", "progress")}
+    untagged = {**truncated, "id": "ft-other", TAGS_KEY: []}
+    page = D.parse_status_batch({"data": [truncated, untagged]})
+    assert [j.id for j in page.jobs] == [JOB_ID, "ft-other"], "tagged or not: the poller picks its jobs"
+    assert page.jobs[0].state is D.parse_job(JOB).state and page.next_page is None
+
+
+def test_a_batch_row_that_does_not_read_is_left_out_without_a_warning_every_round(caplog):
+    """The list holds every job of the account and is read every round: another job's bad row
+    must not warn each time (a waiting job's own bad row sends it to its own read)."""
+    bad = {**JOB, "id": "ft-bad", "created_at": "yesterday"}
+    with caplog.at_level(logging.DEBUG):
+        page = D.parse_status_batch({"data": [bad, JOB]})
+    assert [j.id for j in page.jobs] == [JOB_ID]
+    left_out = [r for r in caplog.records if "ft-bad" in r.getMessage()]
+    assert [r.levelno for r in left_out] == [logging.DEBUG]
+    D.parse_list({"data": [bad, JOB]})  # a list call (re-attach, the reaper) still warns
+    assert caplog.records[-1].levelno == logging.WARNING and "ft-bad" in caplog.records[-1].getMessage()

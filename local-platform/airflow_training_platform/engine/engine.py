@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import math
 import os
 import queue
 import secrets
@@ -304,17 +305,30 @@ class TrainingEngine:
         with self._lock:
             return self._snapshot(self._find(job_id, platform))
 
-    def list(self, platform: str | None = None, tags: Iterable[str] = ()) -> list[dict[str, Any]]:
-        """Snapshots of all jobs (of ``platform`` if given, carrying every one of ``tags``), oldest
-        first. Filtered before the snapshots are built: a test harness polls this while hundreds
-        of jobs exist."""
+    def list(
+        self,
+        platform: str | None = None,
+        tags: Iterable[str] = (),
+        states: Iterable[str] | None = None,
+        created_between: tuple[float, float] | None = None,
+    ) -> list[dict[str, Any]]:
+        """Snapshots of all jobs (of ``platform`` if given, carrying every one of ``tags``, in one
+        of ``states`` if given, created within ``created_between`` (UNIX seconds, inclusive) if
+        given), oldest first. Filtered before the snapshots are built: a test harness, and a
+        provider's coalesced status reads, list while hundreds of jobs exist."""
         wanted = set(tags)
+        in_states = None if states is None else set(states)
+        low, high = created_between or (-math.inf, math.inf)
         with self._lock:
             jobs = sorted(self._jobs.values(), key=lambda j: j.created_at)
+            live = self._live()
             return [
-                self._snapshot(j)
+                self._snapshot(j, live)
                 for j in jobs
-                if (platform is None or j.spec.platform == platform) and wanted <= set(j.spec.tags)
+                if (platform is None or j.spec.platform == platform)
+                and wanted <= set(j.spec.tags)
+                and (in_states is None or j.state in in_states)
+                and low <= j.created_at <= high
             ]
 
     def cancel(
@@ -1049,15 +1063,21 @@ class TrainingEngine:
         )
         return job
 
-    def _snapshot(self, job: JobRecord) -> dict[str, Any]:
+    def _live(self) -> list[JobRecord]:
+        """The jobs holding GPUs (lock held): what a queued job's estimated start waits for."""
+        return [j for j in self._jobs.values() if j.state in LIVE_STATES]
+
+    def _snapshot(self, job: JobRecord, live: list[JobRecord] | None = None) -> dict[str, Any]:
         """Snapshot of a job (lock held): :meth:`JobRecord.snapshot` keys plus ``cost``
         {wall_seconds, gpu_seconds, current_usd, estimated_total_usd, usd_per_gpu_hour},
-        ``estimated_remaining_seconds`` (queued: expected run time), ``estimated_start_at``, ``queue_position``."""
+        ``estimated_remaining_seconds`` (queued: expected run time), ``estimated_start_at``, ``queue_position``.
+        ``live``: :meth:`_live`, when the caller snapshots many jobs (read once, not per job)."""
         now = time.time()
         startup = self.config.startup_seconds_estimate
         remaining = job.remaining_seconds(startup, now)
         queued = job.state == "queued" and job.job_id in self._queue
-        live = [j for j in self._jobs.values() if j.state in LIVE_STATES]
+        if queued and live is None:
+            live = self._live()
         return job.snapshot(
             cost=job_cost(job, self.config.usd_per_gpu_hour, remaining, now),
             estimated_remaining_seconds=remaining,

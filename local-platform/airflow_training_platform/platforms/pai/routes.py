@@ -130,7 +130,7 @@ def build_router(
         q = _only(request, *LIST_PARAMETERS)
         end = _time(q.get("EndTime"), "EndTime", time.time())
         start = _time(q.get("StartTime"), "StartTime", end - LIST_WINDOW_SECONDS)
-        records = [r for r in engine.list(wire.PLATFORM) if start <= r["created_at"] <= end]
+        records = engine.list(wire.PLATFORM, created_between=(start, end))  # only those snapshotted
         jobs = [wire.job_to_wire(r) for r in records]
         if labels := q.get("Labels"):
             try:

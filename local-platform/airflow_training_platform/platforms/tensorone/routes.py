@@ -82,12 +82,11 @@ def build_router(
                 f"Invalid value for 'status': {unknown}",
                 {"field": "status", "allowed": list(wire.STATUSES)},
             )
-        tags = set(tag or [])
-        recs = [
-            r
-            for r in reversed(engine.list(platform=wire.PLATFORM))
-            if (not wanted or wire.status_of(r) in wanted) and tags.issubset(r["tags"])
-        ]
+        # only the jobs in the statuses asked are snapshotted (a coalesced poll lists the live ones)
+        states = (
+            [state for state in wire.ENGINE_STATES if wire.status_of(state) in wanted] if wanted else None
+        )
+        recs = list(reversed(engine.list(platform=wire.PLATFORM, tags=tag or (), states=states)))
         page = recs[offset : offset + limit]
         return {
             "jobs": [wire.job_to_wire(r, include_metrics=includeMetrics) for r in page],

@@ -32,6 +32,8 @@ _STATUS = {
     "failed": "failed",
     "cancelled": "cancelled",
 }
+ENGINE_STATES = tuple(_STATUS)
+"""The engine's job states, each shown as one of :data:`STATUSES` (:func:`status_of`)."""
 
 
 def status_of(rec_or_state: dict[str, Any] | str) -> str:
