@@ -159,10 +159,6 @@ class StatusPoller:
             member.seen_at = time.monotonic()
             member.own_key, member.own_view = _key(job), job
             member.created_at = member.created_at or job.created_at
-            # the next answer comes from a round started after this read: without it, a member
-            # never answered from a round (``seen_round`` -inf) asked for no round, and read on its
-            # own at every poll
-            member.seen_round = max(member.seen_round, time.monotonic() - self.cadence / 2)
 
     async def _wait_round(self, wanted: float, max_wait: float | None = None) -> _Round | None:
         """The first round started at or after ``wanted`` (monotonic), or ``None`` when none
