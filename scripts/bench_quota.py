@@ -459,7 +459,8 @@ def run_size(
     budget = {"api_budget": json.loads(args.api_budget)} if args.api_budget else {}
     connection = LOCAL_FIXTURES[conn_type].connection_json(url, **budget)
     t = time.monotonic()
-    jobs = create_jobs(conn_type, size * len(MODES))
+    modes = [m for m in MODES if m in args.modes.split(",")]
+    jobs = create_jobs(conn_type, size * len(modes))
     print(
         f"  {PLATFORM_NAMES[conn_type]}: {len(jobs)} jobs created in {time.monotonic() - t:.0f} s", flush=True
     )
@@ -468,7 +469,7 @@ def run_size(
     ideal_jobs = (jobs[:size] if conn_type == "tensorone" else _tensorone_jobs(size)) if ideal else []
     reset_server_counts(url)
     entries: list[tuple[str, dict[str, Any]]] = []
-    for m, mode in enumerate(MODES):
+    for m, mode in enumerate(modes):
         own = jobs[m * size : (m + 1) * size]
         cancels = own[:: max(1, size // k)][:k]
         spec = {
@@ -690,6 +691,7 @@ def main(argv: list[str] | None = None) -> int:
         "--window", type=float, default=None, help="counted seconds per run (default: 1.5 intervals)"
     )
     parser.add_argument("--cancel-fraction", type=float, default=0.1, help="jobs cancelled per run")
+    parser.add_argument("--modes", default=",".join(MODES), help="per-job, coalesced or both")
     parser.add_argument(
         "--sequential", action="store_true", help="run the two modes one after the other, not side by side"
     )
