@@ -36,7 +36,7 @@ def test_quota_bench_smoke(tmp_path):
     assert search["calls_by_kind"].get("DescribeTrainingJob", 0) <= 1, search  # the ends: counted apart
     assert search["calls_per_cancelled_job"] >= 1, search  # its first read and its end's own read
     assert search["calls_per_job_hour"] < describe["calls_per_job_hour"], search
-    # PAI reads its events at each poll too; coalesced it has no batch read yet: polled per job
+    # PAI, polled per job, reads its events at each poll too
     get_and_events = runs["pai", "per-job"]
     assert 160 <= get_and_events["calls_per_job_hour"] <= 360, get_and_events
     assert get_and_events["calls_by_kind"]["GET events"] >= get_and_events["calls_by_kind"]["GET {job}"] - 2
