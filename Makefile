@@ -69,11 +69,17 @@ ui: $(STAMP) postgres
 	$(BIN)/python -m airflow_training_devel.devstack --workdir .ui --dags-folder example_dags --allow-user-code
 
 # What a waiting job costs the triggerer: the trigger against baselines at 1,000/5,000/10,000 pollers
-# (not part of `make test`; about 20 minutes; writes docs/images/trigger-cpu-per-poll.png).
+# (not part of `make test`; about 20 minutes; writes docs/images/trigger-cpu-per-poll.png). Then what
+# it costs in the platform's API quota: 100 and 1,000 waiting jobs per platform at 30 s, per-job polling
+# then coalesced in the same run (about 30 minutes more, one mode at a time: side by side, two
+# thousand-job processes and the platform saturate two cores; writes docs/images/api-calls-per-job-hour.png
+# and prints the table of docs/scale.md).
 bench: $(STAMP)
 	$(BIN)/uv pip install -q --python $(BIN)/python -c constraints.txt -e . -e ./local-platform -e "./devel[bench]"
 	$(BIN)/python scripts/bench_triggers.py --sizes 1000,5000,10000 --interval 1,1,30 --window 20 \
 		--plot docs/images/trigger-cpu-per-poll.png
+	$(BIN)/python scripts/bench_quota.py --sizes 100,1000 --interval 30 --sequential \
+		--plot docs/images/api-calls-per-job-hour.png
 
 # The fast tier: the types, pure logic and in-process runs against the local platform (under a
 # minute); in-process runs that train for many seconds are marked `slow` and left to `make test`.
