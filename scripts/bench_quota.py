@@ -14,8 +14,8 @@ does, events on (event cursor 0 where the platform has events), each on its own 
 A third process, once per size, is the ``ideal`` baseline: N bare aiohttp GET + JSON of one
 TensorOne job each, on one shared session, at the same interval.
 
-Each trigger process warms up for one interval (every trigger's first poll lands in it: its phase
-in the interval), then counts for ``--window`` seconds. Meanwhile ``--cancel-fraction`` of its jobs
+Each trigger process warms up for two intervals (every trigger's first poll lands in them: its
+phase in the interval, after a thousand triggers' start), then counts for ``--window`` seconds. Meanwhile ``--cancel-fraction`` of its jobs
 are cancelled from the platform's console (``POST /_local/jobs/{id}/cancel``, from this process)
 at times spread evenly over the window but its last interval (over its first half, for a window
 under two intervals), so each is seen within the window; the process goes on (not counting) until
@@ -270,7 +270,7 @@ async def _triggers(args: argparse.Namespace, result: RunResult, jobs: list[str]
     if "coalesce" in Polling.model_fields:
         options["coalesce"] = result.mode == "coalesced"
     every = getattr(Polling(**options), "events_interval", None)
-    warm_up = args.interval + min(5.0, args.interval)
+    warm_up = 2 * args.interval + min(5.0, args.interval)  # two: a thousand triggers take a while to start
     dialect = get_dialect(result.platform)
     caps = dialect.capabilities
     # as the trigger decides (AsyncTrainingPlatformClient.can_coalesce): the dialect has a batch read
@@ -723,7 +723,7 @@ def main(argv: list[str] | None = None) -> int:
             f"(the calls of the same number of polls at {REFERENCE_INTERVAL:.0f} s)"
         )
     print(
-        f"window {args.window:g} s counted per run after a {args.interval + min(5.0, args.interval):g} s warm-up; "
+        f"window {args.window:g} s counted per run after a {2 * args.interval + min(5.0, args.interval):g} s warm-up; "
         "per-hour figures extrapolated from it",
         flush=True,
     )

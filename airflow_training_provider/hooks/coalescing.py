@@ -11,15 +11,16 @@ status in rounds, one round every (stretched) interval, with the dialect's batch
 member from the freshest round. The member's own Get job is sent instead (one call) when:
 
 * the job is not in the round's answer, or the round failed: read on its own this time;
-* the row says the job ended: its whole final view is read on its own;
+* the row says the job ended and the platform's row is partial: its final view is read on its
+  own (a whole-job row, SageMaker's or ModelArts', is that view already);
 * the platform's row is partial (``Dialect.batch_rows_complete`` false) and says the job's state
   or status changed since its own last read: read on its own, then that view is answered
   until the row changes again;
 * no round came within one and a half rounds (and 5 s), or the member's deadline came: its own
   read, so a deadline's cancel is never held up by the poller.
 
-A state change at the platform is therefore seen at the first round after it: within one
-(stretched) interval, plus the round's own time.
+A state change at the platform is therefore seen at the first round after it. Rounds start early
+by their read's time (at least a tenth of a round), so that is within one (stretched) interval.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ log = logging.getLogger(__name__)
 
 #: seconds a member waits for a round beyond one and a half rounds before reading on its own
 ROUND_GRACE = 5.0
+#: the least part of a round by which the next one starts early (see ``_run``)
+ROUND_LEAD = 0.1
 #: most pages one group of a round reads (a list holding far more jobs than were asked for)
 MAX_PAGES = 50
 
@@ -65,6 +68,7 @@ class _Member:
 class _Round:
     started: float
     rows: dict[str, TrainingJob] | None  # None: the round failed
+    asked: frozenset[str] = frozenset()  # the members it read (a later one waits for the next)
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -134,18 +138,23 @@ class StatusPoller:
             return None
         wanted = member.seen_at + self.cadence / 2  # a round after its last answer, not that one
         round_: _Round | None = self._latest
-        if self._latest.started < wanted:
+        if self._latest.started < wanted or job_id not in self._latest.asked:
             round_ = await self._wait_round(wanted, max_wait)
+            if round_ is not None and round_.rows is not None and job_id not in round_.asked:
+                # it joined while that round was read: the next one reads it
+                round_ = await self._wait_round(round_.started + 1e-6, max_wait)
         if round_ is None:  # none came in time: its own read
             return None
         member.seen_at = round_.started
         if round_.rows is None:  # it failed: its own read, and the next poll waits for a later round
             return None
         row = (round_.rows or {}).get(job_id)
-        if row is None or row.is_terminal:
+        if row is None:
             return None
-        if self.dialect.batch_rows_complete:
+        if self.dialect.batch_rows_complete:  # the whole job, ended or not (its final view follows)
             return self.ops.linked(row)
+        if row.is_terminal:
+            return None
         if _key(row) != member.own_key:
             return None
         return member.own_view
@@ -194,15 +203,21 @@ class StatusPoller:
         try:
             while self.members and not self.refused:
                 started = time.monotonic()
-                self._next = _Round(started, None)
-                rows, pages = await self._read_round(list(self.members))
+                asked = list(self.members)
+                self._next = _Round(started, None, frozenset(asked))
+                rows, pages = await self._read_round(asked)
                 self._next.rows = rows
                 self._latest, self._next = self._next, None
                 self._latest.done.set()
                 self.rounds += 1
                 base = min((m.interval for m in self.members.values()), default=1.0)
                 self.budget.update(self._demand, pages / base)
-                await asyncio.sleep(max(0.0, started + self.cadence - time.monotonic()))
+                # the next round starts early by this one's duration (at least a tenth of a
+                # round, at most half), so that its answers are ready one cadence after this
+                # round's: a change that missed this round is seen within one interval, the read's
+                # time and the member's delivery included
+                took = min(self.cadence / 2, max(self.cadence * ROUND_LEAD, time.monotonic() - started))
+                await asyncio.sleep(max(0.0, started + self.cadence - took - time.monotonic()))
         finally:
             self.budget.update(self._demand, 0.0)
             if self._next is not None:  # cancelled mid-round: nobody waits for it in vain
@@ -211,45 +226,54 @@ class StatusPoller:
 
     async def _read_round(self, job_ids: list[str]) -> tuple[dict[str, TrainingJob] | None, int]:
         """Every member's row, by job id, and the pages read; ``None``: a read failed (each
-        member then reads its own)."""
+        member then reads its own). The groups (``Dialect.batch_size`` jobs each: SageMaker's 100
+        names a ``Search``) are read at once, so a round takes about one read, not one per group:
+        the time a state change waits beyond the interval."""
         size = max(1, self.dialect.batch_size)
-        rows: dict[str, TrainingJob] = {}
-        pages = 0
         created = [m.created_at for m in self.members.values() if m.created_at is not None]
         since = min(created) if created else None
-        for start in range(0, len(job_ids), size):
-            group = job_ids[start : start + size]
-            wanted = set(group)
-            page: str | None = None
-            start_pages = pages
-            for _ in range(MAX_PAGES):
-                request = self.dialect.status_batch_request(group, page, since)
-                if request is None:
-                    return None, pages
-                request = _bounded(request, self.cadence)
-                try:
-                    body = await self.client.call(request)
-                    batch = parse_answer(request, partial(self.dialect.parse_status_batch, page=page), body)
-                except TransientPlatformError:
-                    return None, pages + 1
-                except TrainingPlatformError as exc:  # refused (no permission, not served): for good
-                    self.refused = f"{request.method} {request.path}: {exc}"
-                    log.warning(
-                        "%s: the batch status read was refused (%s); every waiting job is polled on its own",
-                        self.dialect.name,
-                        exc,
-                    )
-                    return None, pages + 1
-                finally:
-                    pages += 1
-                    self.calls += 1
-                for job in batch.jobs:
-                    rows[job.id] = job
-                wanted -= rows.keys()
-                # no more pages than the jobs still missing would cost on their own
-                if not wanted or batch.next_page is None or pages >= start_pages + len(wanted):
-                    break
-                page = batch.next_page
+        groups = [job_ids[i : i + size] for i in range(0, len(job_ids), size)]
+        results = await asyncio.gather(*(self._read_group(g, since) for g in groups))
+        pages = sum(n for _, n in results)
+        if any(rows is None for rows, _ in results):
+            return None, pages
+        return {job_id: job for rows, _ in results for job_id, job in (rows or {}).items()}, pages
+
+    async def _read_group(
+        self, group: list[str], since: datetime | None
+    ) -> tuple[dict[str, TrainingJob] | None, int]:
+        """One group's pages: its rows (``None``: a read failed) and the pages read."""
+        rows: dict[str, TrainingJob] = {}
+        wanted = set(group)
+        page: str | None = None
+        pages = 0
+        for _ in range(MAX_PAGES):
+            request = self.dialect.status_batch_request(group, page, since)
+            if request is None:
+                return None, pages
+            request = _bounded(request, self.cadence)
+            pages += 1
+            self.calls += 1
+            try:
+                body = await self.client.call(request)
+                batch = parse_answer(request, partial(self.dialect.parse_status_batch, page=page), body)
+            except TransientPlatformError:
+                return None, pages
+            except TrainingPlatformError as exc:  # refused (no permission, not served): for good
+                self.refused = f"{request.method} {request.path}: {exc}"
+                log.warning(
+                    "%s: the batch status read was refused (%s); every waiting job is polled on its own",
+                    self.dialect.name,
+                    exc,
+                )
+                return None, pages
+            for job in batch.jobs:
+                rows[job.id] = job
+            wanted -= rows.keys()
+            # no more pages than the jobs still missing would cost on their own
+            if not wanted or batch.next_page is None or pages >= len(wanted):
+                break
+            page = batch.next_page
         return rows, pages
 
 

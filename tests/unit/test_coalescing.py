@@ -93,13 +93,25 @@ def test_one_batch_read_per_round_answers_every_member():
 
 
 @pytest.mark.parametrize(
-    ("status", "listed", "expected"),
-    [("InProgress", True, "row"), ("Completed", True, None), ("InProgress", False, None)],
-    ids=["running: the row", "ended: its own final read", "not listed: its own read"],
+    ("dialect", "status", "listed", "expected"),
+    [
+        (SageMakerDialect(), "InProgress", True, "row"),
+        (SageMakerDialect(), "Completed", True, "row"),  # a whole-job row is its final view
+        (PartialRows(), "Completed", True, None),
+        (SageMakerDialect(), "InProgress", False, None),
+    ],
+    ids=[
+        "running: the row",
+        "ended, a whole row: the row",
+        "ended, a partial row: its own",
+        "not listed: its own",
+    ],
 )
-def test_a_member_reads_its_own_job_when_the_row_ended_or_is_missing(status, listed, expected):
+def test_a_member_reads_its_own_job_when_the_row_is_partial_and_ended_or_missing(
+    dialect, status, listed, expected
+):
     async def scenario():
-        client = ScriptedClient(SageMakerDialect(), {"a": "InProgress"})
+        client = ScriptedClient(dialect, {"a": "InProgress"})
         poller = poller_of(client)
         await first_own_read(poller, client, "a")
         client.statuses.pop("a")
@@ -112,7 +124,7 @@ def test_a_member_reads_its_own_job_when_the_row_ended_or_is_missing(status, lis
     job = asyncio.run(scenario())
     assert (job and "row") == expected
     if expected:
-        assert job.raw_status == "InProgress/Training" and job.metrics == {"train:loss": 0.41}
+        assert job.raw_status == f"{status}/Training" and job.metrics == {"train:loss": 0.41}
 
 
 def test_partial_rows_answer_the_last_own_view_until_the_row_changes():
