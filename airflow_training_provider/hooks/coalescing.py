@@ -88,6 +88,7 @@ class StatusPoller:
         self._latest = _Round(-math.inf, None)
         self._latest.done.set()
         self._next: _Round | None = None
+        self._started = asyncio.Event()  # set (and replaced) when a round starts
         self._task: asyncio.Task | None = None
         self._demand = budget.register(0.0)
         self.rounds = 0
@@ -184,10 +185,10 @@ class StatusPoller:
             if left <= 0:
                 return None
             target = self._next
-            if target is None:  # between rounds: wait for the next one to be planned and run
-                await asyncio.sleep(min(left, max(0.05, wanted - time.monotonic())))
-                continue
             try:
+                if target is None:  # between rounds: woken once when the next one starts
+                    await asyncio.wait_for(self._started.wait(), left)
+                    continue
                 await asyncio.wait_for(target.done.wait(), left)
             except TimeoutError:
                 return None
@@ -205,6 +206,8 @@ class StatusPoller:
                 started = time.monotonic()
                 asked = list(self.members)
                 self._next = _Round(started, None, frozenset(asked))
+                self._started.set()  # wakes the members waiting between rounds, once
+                self._started = asyncio.Event()
                 rows, pages = await self._read_round(asked)
                 self._next.rows = rows
                 self._latest, self._next = self._next, None

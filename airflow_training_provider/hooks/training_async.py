@@ -286,6 +286,13 @@ class AsyncTrainingPlatformClient(JobApi):
                         noted = True
                         self.ops.warned_at = time.monotonic()
                         self.ops.log.warning("%s", self.budget.stretch_note(step.seconds))
+                if step.poll and self.poller is not None and not self.poller.refused:
+                    # coalesced: the poller's rounds keep the time; its next status read waits for
+                    # the next round (at most until the deadline), so a change is seen when a round
+                    # reads it, not a whole interval of its own after the last answer
+                    at_deadline = False
+                    left = step.limit
+                    continue
                 at_deadline = step.limit is not None and seconds >= step.limit
                 left = None if step.limit is None else max(0.0, step.limit - seconds)
                 await asyncio.sleep(seconds)
@@ -297,7 +304,10 @@ class AsyncTrainingPlatformClient(JobApi):
         to its deadline), or its own read when the poller says so."""
         job_id = request.status_of
         assert job_id is not None
+        deadline = None if max_wait is None else time.monotonic() + max_wait
         job = await poller.status(job_id, max_wait)
+        if job is None and deadline is not None and time.monotonic() >= deadline - 0.05:
+            request = replace(request, urgent=True, status_of=None)  # at the deadline: as it is, at once
         if job is None:
             job = await self.call(request)
             poller.own_read(job_id, job)
