@@ -337,7 +337,7 @@ class TrainingJobTaskMixin(_Host):
         outage_budget: Any,
         confirm_cancel_timeout: Any,
         coalesce: Any = True,
-        events_interval: Any = 1800.0,
+        events_interval: Any = 3600.0,
         **policy: Any,
     ) -> None:
         """Check and keep the waiting parameters (``ValueError`` naming a bad one, at DAG parse

@@ -59,7 +59,7 @@ class Polling(BaseModel):
     resume_settle: Seconds = 10.0
     spread_polls: bool = True
     coalesce: bool = True
-    events_interval: Seconds = Field(1800.0, gt=0)
+    events_interval: Seconds = Field(3600.0, gt=0)
 
 
 class _Outcome(BaseModel):

@@ -214,7 +214,7 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
         wandb_conn_id: str | None = None,
         stream_logs: bool = False,
         coalesce: bool = True,
-        events_interval: float | timedelta = 1800.0,
+        events_interval: float | timedelta = 3600.0,
         **kwargs: Any,
     ) -> None:
         if isinstance(spec, dict):  # a malformed secret reference fails the DAG parse

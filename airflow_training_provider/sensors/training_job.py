@@ -89,7 +89,7 @@ class TrainingJobSensor(TrainingJobTaskMixin, BaseSensorOperator):
         confirm_cancel_timeout: float | timedelta = 60.0,
         stream_logs: bool = False,
         coalesce: bool = True,
-        events_interval: float | timedelta = 1800.0,
+        events_interval: float | timedelta = 3600.0,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("poke_interval", poll_interval)
