@@ -336,7 +336,7 @@ class TrainingJobTaskMixin(_Host):
         poll_interval: Any,
         outage_budget: Any,
         confirm_cancel_timeout: Any,
-        coalesce: Any = True,
+        coalesce: Any = False,
         events_interval: Any = 3600.0,
         **policy: Any,
     ) -> None:
