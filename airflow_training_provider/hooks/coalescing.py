@@ -115,6 +115,12 @@ class StatusPoller:
             if member.users <= 0:
                 del self.members[job_id]
 
+    def close(self) -> None:
+        """The last member left: its rounds stop and its demand leaves the budget."""
+        self.budget.unregister(self._demand)
+        if self._task is not None:
+            self._task.cancel()
+
     @property
     def client(self) -> AsyncTrainingPlatformClient:
         """A member's client: the rounds use the session of one that is still waiting."""
@@ -314,6 +320,4 @@ def release_poller(key: tuple[Any, ...], job_id: str) -> None:
     poller.leave(job_id)
     if not poller.members:
         del _POLLERS[full]
-        poller.budget.unregister(poller._demand)
-        if poller._task is not None:
-            poller._task.cancel()
+        poller.close()
