@@ -336,7 +336,7 @@ class TrainingJobTaskMixin(_Host):
         poll_interval: Any,
         outage_budget: Any,
         confirm_cancel_timeout: Any,
-        coalesce: Any = False,
+        coalesce: Any = True,
         events_interval: Any = 3600.0,
         **policy: Any,
     ) -> None:

@@ -42,8 +42,7 @@ class Polling(BaseModel):
         job that ends within seconds of the deferral waits.
     :ivar coalesce: in a triggerer, the waiting jobs of one connection share one poller that reads
         many jobs per call where the platform can (``docs/scale.md``); a job's own reads are made
-        when that read shows a change, and at its end. ``False`` (the default for now: the kill-path matrix does not run with it yet): every job is
-        polled on its own.
+        when that read shows a change, and at its end. ``False``: every job is polled on its own.
     :ivar events_interval: coalesced, a job's events endpoint is read when its state, status or
         message changed, at its end, and otherwise at least this often (seconds).
     :ivar spread_polls: a trigger's first poll waits for its job's slot in the interval (a fixed
@@ -59,7 +58,7 @@ class Polling(BaseModel):
     clear_grace: Seconds = 10.0
     resume_settle: Seconds = 10.0
     spread_polls: bool = True
-    coalesce: bool = False
+    coalesce: bool = True
     events_interval: Seconds = Field(3600.0, gt=0)
 
 

@@ -213,7 +213,7 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
         model_alias: str | None = None,
         wandb_conn_id: str | None = None,
         stream_logs: bool = False,
-        coalesce: bool = False,
+        coalesce: bool = True,
         events_interval: float | timedelta = 3600.0,
         **kwargs: Any,
     ) -> None:

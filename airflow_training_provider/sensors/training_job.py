@@ -88,7 +88,7 @@ class TrainingJobSensor(TrainingJobTaskMixin, BaseSensorOperator):
         create_final_checkpoint: bool = True,
         confirm_cancel_timeout: float | timedelta = 60.0,
         stream_logs: bool = False,
-        coalesce: bool = False,
+        coalesce: bool = True,
         events_interval: float | timedelta = 3600.0,
         **kwargs: Any,
     ) -> None:

@@ -3,7 +3,8 @@
 Rules are added with ``POST /_local/faults`` (body = :class:`FaultRule` fields), listed with
 ``GET /_local/faults`` and cleared with ``DELETE /_local/faults`` (``?path_prefix=P``: only P's
 rules; ``?id=I``: only rule ``I``, the ``id`` the POST answered). A rule matches requests by method and path prefix
-(and ``path_suffix``, e.g. ``/events`` for every job's events endpoint), and optionally by a header value
+(and ``path_suffix``, e.g. ``/events`` for every job's events endpoint; or ``path``, exactly that path, e.g. a
+list route and not its jobs under it), and optionally by a header value
 (``header``/``header_value``, e.g. AWS's ``X-Amz-Target``) and a text in the body
 (``body_contains``, e.g. a job name), so an RPC-style API with one path can be faulted per call
 and per job. ``/_local`` paths are never faulted. A rule fires ``count`` times (-1 = forever):
@@ -56,6 +57,7 @@ class FaultRule(BaseModel):
     header_value: str | None = None
     body_contains: str | None = None
     path_suffix: str | None = None
+    path: str | None = None
     set_fields: dict[str, Any] | None = None
     fired: int = 0
 
@@ -63,6 +65,8 @@ class FaultRule(BaseModel):
         if self.count == 0 or (self.method and self.method.upper() != method):
             return False
         if not path.startswith(self.path_prefix) or not path.endswith(self.path_suffix or ""):
+            return False
+        if self.path is not None and path != self.path:
             return False
         if self.header and (headers.get(self.header) or "") != (self.header_value or ""):
             return False

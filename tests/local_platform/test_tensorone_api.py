@@ -274,6 +274,19 @@ def test_fault_injection_returns_the_configured_error_once(main):
     main.client.delete("/_local/faults")
 
 
+def test_a_fault_rule_with_a_path_matches_that_path_and_not_the_jobs_under_it(main):
+    rule = {"method": "GET", "path": JOBS, "status": 503, "count": -1}
+    assert main.client.post("/_local/faults", json=rule).status_code == 201
+    try:
+        _error(
+            main.client.get(f"{JOBS}/job_train_000000000000"), 404, "RESOURCE_NOT_FOUND"
+        )  # under it: not faulted
+        _error(main.client.get(JOBS), 503, "SERVICE_UNAVAILABLE")  # the list
+        assert main.client.get("/_local/faults").json()["faults"][0]["fired"] == 1
+    finally:
+        main.client.delete("/_local/faults")
+
+
 # ----------------------------------------------------------------------------- shutdown (keep last)
 def test_no_trainer_survives_a_server_stop(main):
     job_id = main.create(

@@ -282,6 +282,12 @@ class Flavor:
         """Fault-rule matchers for cancels of ``job_id``."""
         return {"method": "POST", "path_prefix": f"{self.jobs_path}/{job_id}/cancel"}
 
+    def batch_rule(self, job_id: str) -> dict:
+        """Fault-rule matchers for the platform's batch status reads that may read ``job_id``: the
+        rounds of a coalesced wait's shared poller. Here its list of jobs, whose request names no
+        job: every call of it."""
+        return {"method": "GET", "path": self.jobs_path}
+
 
 class AwsJsonFlavor(Flavor):
     """An awsJson platform: one ``POST /``; polls and cancels told apart by ``X-Amz-Target`` and
@@ -302,6 +308,11 @@ class AwsJsonFlavor(Flavor):
     def cancel_rule(self, job_id: str) -> dict:
         return self._rule("StopTrainingJob", job_id)
 
+    def batch_rule(self, job_id: str) -> dict:
+        """``Search`` by names: only the calls naming ``job_id`` (in an ``In`` filter's
+        comma-separated value, so not quoted)."""
+        return self._rule("Search", None) | {"body_contains": job_id}
+
 
 class PaiFlavor(Flavor):
     """PaiStudio: ACS3-signed ROA calls; a stop is ``PUT …/{id}/stop``."""
@@ -316,6 +327,13 @@ class ModelArtsFlavor(Flavor):
 
     def cancel_rule(self, job_id: str) -> dict:
         return {"method": "POST", "path_prefix": f"{self.jobs_path}/{job_id}/actions"}
+
+    def batch_rule(self, job_id: str) -> dict:
+        """Its job search (``POST …/training-job-searches``), which names no job: every call of it."""
+        return {
+            "method": "POST",
+            "path": self.jobs_path.removesuffix("/training-jobs") + "/training-job-searches",
+        }
 
 
 GUARD_PACE = {"epochs": 200, "seconds_per_epoch": 0.6, "learning_rate": 0.01}

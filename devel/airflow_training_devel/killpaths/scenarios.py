@@ -70,17 +70,43 @@ class Platform(LocalPlatformControl):
         """The jobs a DAG run submitted (by their identity tags), oldest first."""
         return self.jobs(tags=[f"airflow-dag:{dag_id}", *([f"airflow-run:{run_id}"] if run_id else [])])
 
+    def fired(self, rules: dict[Any, str]) -> dict[Any, int]:
+        """How often each of ``rules`` (key → rule id) fired, by key: one read of the rule list."""
+        fired = {rule["id"]: rule["fired"] for rule in self.faults()}
+        return {key: fired.get(rule_id, 0) for key, rule_id in rules.items()}
+
     def wait_polled(self, job: dict, timeout: float = 60.0) -> None:
-        """Wait for the next status poll of ``job`` (a pass-through fault rule counts it)."""
-        rule = self.add_fault(**flavor_of(job).poll_rule(job["job_id"]), count=1)["id"]
+        """Wait for the next status read of ``job`` by its wait (:meth:`wait_all_polled`)."""
+        self.wait_all_polled({job["job_id"]: job}, timeout)
+
+    def wait_all_polled(self, jobs: dict[Any, dict], timeout: float = 60.0) -> None:
+        """Wait until each of ``jobs`` (key → job) had a status read of its own: pass-through
+        fault rules count them. A coalesced wait reads its job in its poller's rounds after its
+        first read (the platform's batch read, whose answer names every job it lists): those
+        rounds fail meanwhile (503, the poller's read retried within a round), so each member
+        reads its own, and a read counted here is the wait's, not a round it might not be in.
+
+        :raises AssertionError: naming the jobs not read within ``timeout`` seconds."""
+        polls = {key: self.add_fault(**flavor_of(job).poll_rule(job["job_id"]), count=1)["id"]
+                 for key, job in jobs.items()}  # fmt: skip
+        batches = {
+            repr(sorted(r.items())): r for r in (flavor_of(j).batch_rule(j["job_id"]) for j in jobs.values())
+        }
+        rounds = [
+            self.add_fault(**rule, status=503, count=-1, message="Injected fault: read each job on its own")[
+                "id"
+            ]
+            for rule in batches.values()
+        ]
         deadline = time.monotonic() + timeout
         try:
-            while self.fault(rule)["fired"] < 1:
+            while unpolled := [key for key, fired in self.fired(polls).items() if not fired]:
                 if time.monotonic() > deadline:
-                    raise AssertionError(f"nobody polled job {job['job_id']} for {timeout:.0f} s")
+                    raise AssertionError(f"these jobs were not polled in {timeout:.0f} s: {unpolled}")
                 time.sleep(0.2)
         finally:
-            self.clear_faults(rule_id=rule)
+            for rule_id in [*polls.values(), *rounds]:
+                self.clear_faults(rule_id=rule_id)
 
     def wait_running(
         self, dag_id: str, run_id: str, count: int = 1, min_epochs: int = 1, timeout: float = 120
@@ -657,13 +683,18 @@ def k14_flaky_polling(stack, platform, flavor: Flavor) -> Outcome:
 def k15_outage_beyond_budget(stack, platform, flavor: Flavor) -> Outcome:
     dag = flavor.dag("kp_outage_retry")
     run_id, job = _start_deferred(stack, platform, dag)
-    rule_id = platform.add_fault(**flavor.poll_rule(job["job_id"]), status=503, count=-1)["id"]
+    # an outage takes every route: the job's own reads and the batch reads of a coalesced wait
+    rule_ids = [
+        platform.add_fault(**rule, status=503, count=-1)["id"]
+        for rule in (flavor.poll_rule(job["job_id"]), flavor.batch_rule(job["job_id"]))
+    ]
     try:
         stack.wait_ti(dag, run_id, "train", {"up_for_retry", "failed"}, timeout=90)
         log1 = stack.task_log(dag, run_id, "train", 1, wait_for=("Lost contact with the platform",))
         during = platform.job(job["job_id"])
     finally:
-        platform.clear_faults(rule_id=rule_id)
+        for rule_id in rule_ids:
+            platform.clear_faults(rule_id=rule_id)
     ti = stack.wait_ti(dag, run_id, "train", {"success", "failed"}, timeout=180)
     return _finish(
         stack,
@@ -1120,12 +1151,6 @@ K24_CASES = {
 K24_CANCELLED = ("ti", "dag_run")
 
 
-def _fired(platform, rules: dict[Any, str]) -> dict[Any, int]:
-    """How often each of ``rules`` (key → rule id) fired, by key: one read of the rule list."""
-    fired = {rule["id"]: rule["fired"] for rule in platform.faults()}
-    return {key: fired.get(rule_id, 0) for key, rule_id in rules.items()}
-
-
 def _start_deferred_all(stack, platform, dags: dict[Any, str]) -> dict[Any, tuple[str, str, dict]]:
     """``_start_deferred`` for many DAGs at once: every run triggered first, then each waited for
     until a triggerer took its trigger and the trigger polled its job. ``{key: (dag, run_id, job)}``."""
@@ -1135,17 +1160,7 @@ def _start_deferred_all(stack, platform, dags: dict[Any, str]) -> dict[Any, tupl
         job = platform.wait_running(dag, run_ids[key], timeout=240)
         stack.wait_trigger_running(dag, run_ids[key], "train", timeout=120, settle=0)
         runs[key] = (dag, run_ids[key], job)
-    rules = {key: platform.add_fault(**flavor_of(job).poll_rule(job["job_id"]), count=1)["id"]
-             for key, (_, _, job) in runs.items()}  # fmt: skip
-    try:
-        deadline = time.monotonic() + 90
-        while unpolled := [key for key, fired in _fired(platform, rules).items() if not fired]:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"these triggers never polled their jobs in 90 s: {unpolled}")
-            time.sleep(0.3)
-    finally:
-        for rule_id in rules.values():
-            platform.clear_faults(rule_id=rule_id)
+    platform.wait_all_polled({key: job for key, (_, _, job) in runs.items()}, timeout=90)
     return runs
 
 
