@@ -331,6 +331,16 @@ async def _triggers(args: argparse.Namespace, result: RunResult, jobs: list[str]
         await asyncio.sleep(0.2)
     for task in tasks:
         task.cancel()
+    _, pending = await asyncio.wait(tasks, timeout=30.0)
+    if pending:  # a wait that does not end when cancelled is a defect: show where it hangs
+        print(f"{len(pending)} waits still running 30 s after their cancel; the first ones:", file=sys.stderr)
+        for task in list(pending)[:3]:
+            task.print_stack(limit=30, file=sys.stderr)
+        others = [t for t in asyncio.all_tasks() if t not in pending and t is not asyncio.current_task()]
+        print(f"{len(others)} other tasks:", file=sys.stderr)
+        for task in others[:5]:
+            task.print_stack(limit=30, file=sys.stderr)
+        sys.stderr.flush()
     await asyncio.gather(*tasks, return_exceptions=True)
     result.calls, result.calls_by_kind = counter.calls, counter.by_kind
     result.calls_total, result.throttled = counter.total, counter.throttled
@@ -513,7 +523,7 @@ def _run_group(
         schedule: list[tuple[float, str]] = []
         for proc, job_file, started, cancels in children.values():
             t0 = _wait_started(proc, started, job_file.with_suffix(".log"))
-            window_start = t0 + args.interval + min(5.0, args.interval)
+            window_start = t0 + 2 * args.interval + min(5.0, args.interval)  # the child's warm-up
             # over the window's first part, so that each is seen within the window (one interval later)
             spread = args.window - args.interval if args.window >= 2 * args.interval else args.window / 2
             for i, job_id in enumerate(cancels):
@@ -563,7 +573,8 @@ def _finish(proc: subprocess.Popen, job_file: Path, mode: str, args: argparse.Na
         proc.kill()
         proc.wait()
         if not out.exists():
-            raise RuntimeError(f"bench process {mode} did not finish; see {log}") from None
+            tail = log.read_text(errors="replace")[-6000:] if log.exists() else ""
+        raise RuntimeError(f"bench process {mode} did not finish; the end of its log:\n{tail}") from None
         print(f"    ({mode}: its process did not exit after writing its figures: killed)", flush=True)
         return
     if code != 0 or not out.exists():
