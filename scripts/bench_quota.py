@@ -452,7 +452,9 @@ def _wait_started(proc: subprocess.Popen, started: Path, log: Path, timeout: flo
     deadline = time.monotonic() + timeout
     while not started.exists():
         if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"bench process did not start (exit {proc.returncode}); see {log}")
+            raise RuntimeError(
+                f"bench process did not start (exit {proc.returncode}); its log:\n{_tail(log)}"
+            )
         time.sleep(0.1)
     time.sleep(0.05)
     return float(json.loads(started.read_text()))
@@ -573,12 +575,18 @@ def _finish(proc: subprocess.Popen, job_file: Path, mode: str, args: argparse.Na
         proc.kill()
         proc.wait()
         if not out.exists():
-            tail = log.read_text(errors="replace")[-6000:] if log.exists() else ""
-        raise RuntimeError(f"bench process {mode} did not finish; the end of its log:\n{tail}") from None
+            raise RuntimeError(
+                f"bench process {mode} did not finish; the end of its log:\n{_tail(log)}"
+            ) from None
         print(f"    ({mode}: its process did not exit after writing its figures: killed)", flush=True)
         return
     if code != 0 or not out.exists():
-        raise RuntimeError(f"bench process {mode} failed (exit {code}); see {log}")
+        raise RuntimeError(f"bench process {mode} failed (exit {code}); the end of its log:\n{_tail(log)}")
+
+
+def _tail(log: Path, chars: int = 6000) -> str:
+    """The end of a bench process's log (its directory is removed when the bench ends)."""
+    return log.read_text(errors="replace")[-chars:] if log.exists() else "(no log)"
 
 
 _TENSORONE_JOBS: dict[int, list[str]] = {}

@@ -278,9 +278,8 @@ def test_a_fault_rule_with_a_path_matches_that_path_and_not_the_jobs_under_it(ma
     rule = {"method": "GET", "path": JOBS, "status": 503, "count": -1}
     assert main.client.post("/_local/faults", json=rule).status_code == 201
     try:
-        _error(
-            main.client.get(f"{JOBS}/job_train_000000000000"), 404, "RESOURCE_NOT_FOUND"
-        )  # under it: not faulted
+        # a job under the list's path: not faulted
+        _error(main.client.get(f"{JOBS}/job_train_000000000000"), 404, "RESOURCE_NOT_FOUND")
         _error(main.client.get(JOBS), 503, "SERVICE_UNAVAILABLE")  # the list
         assert main.client.get("/_local/faults").json()["faults"][0]["fired"] == 1
     finally:
