@@ -192,10 +192,14 @@ class StatusPoller:
                 return None
             target = self._next
             try:
-                if target is None:  # between rounds: woken once when the next one starts
-                    await asyncio.wait_for(self._started.wait(), left)
-                    continue
-                await asyncio.wait_for(target.done.wait(), left)
+                # asyncio.timeout, not wait_for: Python 3.11's wait_for loses a cancel that lands as
+                # the event is set (every member is woken at once when a round starts), and the
+                # cancelled wait went on as a member (found: a triggerer's cancelled waits polling on)
+                async with asyncio.timeout(left):
+                    if target is None:  # between rounds: woken once when the next one starts
+                        await self._started.wait()
+                        continue
+                    await target.done.wait()
             except TimeoutError:
                 return None
             if target.started >= wanted:
