@@ -78,3 +78,25 @@ def test_a_failed_round_sends_the_member_to_its_own_read_once_then_the_next_roun
     failed, *answered = asyncio.run(polls())
     assert failed is None, "the failed round: its own read"
     assert [job.id for job in answered] == ["a", "a"]
+
+
+def test_a_member_cancelled_as_a_round_starts_ends():
+    """A cancel that lands as the round's start wakes the waiting member is not lost (Python
+    3.11's ``wait_for`` returned the event's result instead, and the cancelled wait went on)."""
+    client = CannedClient({"jobs": [row("a")], "totalCount": 1})
+
+    async def cancel_at_round_start() -> bool:
+        poller = StatusPoller(client, AccountBudget(ApiRates()))
+        poller.join("a", 100.0, client)  # a long cadence: the member waits between rounds
+        poller.own_read("a", D.parse_job(row("a")))
+        member = asyncio.create_task(poller.status("a"))
+        await asyncio.sleep(0.2)  # the first round read; the member now waits for the next one
+        started, poller._started = poller._started, asyncio.Event()
+        started.set()  # as a round starts: every waiting member woken …
+        member.cancel()  # … and, in the same step, the wait is cancelled
+        await asyncio.wait({member}, timeout=2.0)
+        poller.leave("a")
+        poller.close()
+        return member.cancelled()
+
+    assert asyncio.run(cancel_at_round_start())
