@@ -421,8 +421,9 @@ class TrainingJobTaskMixin(_Host):
         if (job := getattr(outcome, "job", None)) is not None:
             self.publish_job(context, job)
         if isinstance(outcome, JobFinished):
-            result = job_outcome(outcome.job)
-            self.publish_model(context, outcome.job)
+            finished = self.completed_job(outcome.job)
+            result = job_outcome(finished)
+            self.publish_model(context, finished)
             return result
         if isinstance(outcome, GuardStopped):
             return self.conclude_guard(outcome, context)
@@ -455,6 +456,12 @@ class TrainingJobTaskMixin(_Host):
             self.cancel_and_report(outcome.job_id, why.value, context, confirm_until)
             raise exception(f"{outcome.kind} reached; {what} was cancelled")
         raise exception(f"{outcome.kind} reached; {decision.reason} ({what})")
+
+    def completed_job(self, job: TrainingJob) -> TrainingJob:
+        """``job``, which ended, as the task reports it: an operator may add what the platform
+        does not say itself (the submit operator: metrics from the program log). ``job`` itself
+        here."""
+        return job
 
     def conclude_guard(self, outcome: GuardStopped, context: Context | None) -> dict[str, Any]:
         """A guard stopped the job: log and publish which (XCom ``guard_stop``, ``cancel_result``),

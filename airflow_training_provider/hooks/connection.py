@@ -41,6 +41,8 @@ class PlatformConnection:
     :ivar service_urls: base URL of each companion service (:attr:`ApiRequest.service`).
     :ivar api_rates: the account's requests per hour (the platform's documented rates, the
         connection's ``api_budget`` extra over them).
+    :ivar storage_root: the ``storage_root`` extra: where a portable spec's relative locations are
+        (``s3://my-bucket/ml/``, ending in ``/``), or ``None``.
     """
 
     conn_id: str
@@ -50,6 +52,7 @@ class PlatformConnection:
     transport_extra: dict[str, Any] = field(default_factory=dict)
     service_urls: dict[str, str] = field(default_factory=dict)
     api_rates: ApiRates = ApiRates()
+    storage_root: str | None = None
 
     @classmethod
     def resolve(cls, conn: Any) -> PlatformConnection:
@@ -68,6 +71,7 @@ class PlatformConnection:
             parts.transport_extra,
             parts.service_urls,
             parts.api_rates,
+            platform.storage_root_of(conn),
         )
 
     @property

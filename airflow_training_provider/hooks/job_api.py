@@ -11,7 +11,13 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from airflow_training_provider.lifecycle.operations import JobOperations, Operation
+from airflow_training_provider.lifecycle.operations import (
+    LOG_PAGES_AT_END,
+    JobOperations,
+    LogFollow,
+    NewLogLines,
+    Operation,
+)
 from airflow_training_provider.models import CancelRequest, JobEvent, TrainingJob
 
 
@@ -89,3 +95,16 @@ class JobApi:
     ):
         """Poll every ``interval`` s until ``until(job)`` or ``timeout`` s passed; the last job seen."""
         return self.drive(self.ops.wait_until(job_id, until, timeout, interval, budget))
+
+    def program_log(self, job: TrainingJob, pages: int = LOG_PAGES_AT_END) -> list[str]:
+        """The lines ``job``'s training program printed, from the start, up to ``pages`` pages of
+        the platform's log API (``[]`` where the dialect serves no program logs; an auxiliary read:
+        a page that fails ends it with what was read)."""
+        lines: list[str] = []
+
+        def keep(step: Any) -> None:
+            if isinstance(step, NewLogLines):
+                lines.extend(step.lines)
+
+        self.drive(self.ops.follow_log(job, LogFollow(), pages), keep)
+        return lines

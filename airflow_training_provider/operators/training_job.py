@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from datetime import timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
@@ -48,7 +49,14 @@ from airflow_training_provider.job_task import (
 from airflow_training_provider.lifecycle.guards import Guards, for_platform, unsupported
 from airflow_training_provider.lifecycle.operations import is_stopping_or_terminal, is_terminal
 from airflow_training_provider.links import TrainingJobConsoleLink
-from airflow_training_provider.models import Checkpoint, TrainingJob
+from airflow_training_provider.models import Checkpoint, JobState, TrainingJob
+from airflow_training_provider.portable import PortableTrainingSpec
+from airflow_training_provider.portable_submit import (
+    CompiledSpec,
+    compile_for,
+    upload_source,
+    with_log_metrics,
+)
 from airflow_training_provider.program_logs import secret_references
 from airflow_training_provider.spec_secrets import (
     SecretNotFoundError,
@@ -85,6 +93,17 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
         submit (a templated ``"3"`` becomes 3 where the schema says number); a bad value or an unknown
         field fails the task without retries, with
         :class:`~airflow_training_provider.errors.InvalidJobSpecError` naming the field.
+    :param portable_spec: instead of ``spec``, one job for SageMaker, PAI or ModelArts
+        (templated): a :class:`~airflow_training_provider.portable.PortableTrainingSpec` or its
+        mapping — your script (``source_dir`` + ``entry_point``) or a command, image, inputs,
+        output, checkpoints, hyperparameters, environment, resources, ``max_runtime``,
+        ``metric_definitions``, tags, per-platform ``options``. Compiled for the connection's
+        platform when the task renders (the Rendered Template view shows the native body as
+        ``spec``); relative locations are under the connection's ``storage_root`` extra, so the
+        same spec runs elsewhere by changing ``conn_id`` alone. ``source_dir`` (relative to the
+        DAG file's folder) is uploaded to ``<storage_root>/code/<digest>/`` right before a new job
+        is submitted. A field the platform cannot serve fails the task without retries, naming
+        the platform and the field (``docs/portable-spec.md``).
     :param wait_for_completion: wait for a terminal state; if ``False`` return right after submit.
     :param deferrable: wait in the triggerer, freeing the worker slot (default
         ``[operators] default_deferrable``).
@@ -178,18 +197,19 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
     the task state store (key ``training_job``) for the next try.
     """
 
-    template_fields: Sequence[str] = ("spec", "conn_id", "wandb_conn_id")
+    template_fields: Sequence[str] = ("spec", "portable_spec", "conn_id", "wandb_conn_id")
     knows_spec = True
     guards: Guards  # always set here (the mixin's may be None)
     operator_extra_links = (TrainingJobConsoleLink(),)
-    template_fields_renderers = {"spec": "json"}
+    template_fields_renderers = {"spec": "json", "portable_spec": "json"}
     ui_color = "#fde2c8"
 
     def __init__(
         self,
         *,
         conn_id: str,
-        spec: dict[str, Any],
+        spec: dict[str, Any] | None = None,
+        portable_spec: dict[str, Any] | PortableTrainingSpec | None = None,
         wait_for_completion: bool = True,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         poll_interval: float | timedelta = 30.0,
@@ -217,8 +237,16 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
         events_interval: float | timedelta = 3600.0,
         **kwargs: Any,
     ) -> None:
-        if isinstance(spec, dict):  # a malformed secret reference fails the DAG parse
-            list(find_references(spec))
+        if (spec is None) == (portable_spec is None):
+            raise ValueError(
+                f"{type(self).__name__}({kwargs.get('task_id')}): give spec (the platform's native body) "
+                "or portable_spec, not both nor neither"
+            )
+        if isinstance(portable_spec, PortableTrainingSpec):  # a mapping, so that it is templated
+            portable_spec = portable_spec.model_dump(exclude_defaults=True)
+        for given in (spec, portable_spec):
+            if isinstance(given, dict):  # a malformed secret reference fails the DAG parse
+                list(find_references(given))
         if model_alias:  # the scheduler learns from the outlets that this task emits through the alias
             from airflow.sdk import AssetAlias
 
@@ -229,6 +257,9 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
         self.wandb_conn_id = wandb_conn_id
         self.conn_id = conn_id
         self.spec = spec
+        self.portable_spec = portable_spec
+        self.compiled: CompiledSpec | None = None
+        self.compile_error: InvalidJobSpecError | None = None
         self.wait_for_completion = wait_for_completion
         self.deferrable = deferrable
         self.resume_from_checkpoint = resume_from_checkpoint
@@ -277,7 +308,24 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
             dialect = self.hook.dialect
         except Exception:  # an unknown connection fails in execute, with its own message
             dialect = None
+        if self.portable_spec is not None and dialect is not None:
+            mask(secret_values(self.portable_spec, None))
+            try:  # compiled now, so that the rendered fields show the native body as `spec`
+                self._compile()
+            except InvalidJobSpecError as exc:  # execute fails the task with it
+                self.compile_error = exc
         mask(secret_values(self.spec, dialect))
+
+    def _compile(self) -> None:
+        """Compile :attr:`portable_spec` for the connection's platform into :attr:`spec`, once.
+
+        :raises InvalidJobSpecError: a portable field wrong or not served by the platform."""
+        if self.compiled is not None:
+            return
+        dag_file = getattr(self.dag, "fileloc", None) if self.has_dag() else None
+        base_dir = Path(dag_file).parent if dag_file else Path.cwd()
+        self.compiled = compile_for(self.hook.platform_connection, self.portable_spec, base_dir)
+        self.spec = self.compiled.spec
 
     def execute(self, context: Context) -> dict[str, Any]:
         self.job_reference_published = False  # until a job is known (the console link asks)
@@ -285,6 +333,14 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
         self._remember_try(context, deadline)  # before anything that a SIGTERM could interrupt
         hook = self.hook
         try:
+            if self.compile_error is not None:
+                raise self.compile_error
+            if self.portable_spec is not None:
+                self._compile()
+                self.log.info(
+                    "Portable spec compiled for %s (the native body is this task's rendered `spec`)",
+                    hook.platform_connection.platform.display_name,
+                )
             spec = self._spec_to_submit(hook)
         except SecretNotFoundError:
             raise  # retries apply: the secret may be added, or its backend be back
@@ -301,6 +357,8 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
         if job is None:
             if resume_from is not None:
                 spec = hook.dialect.resume_spec(spec, *resume_from) or spec
+            if self.compiled is not None:
+                upload_source(hook.platform_connection, self.compiled, self.log)
             tags = identity.tags()
             job = hook.create_job(hook.dialect.with_tags(spec, tags), tags)
             console = f" ({job.console_url})" if job.console_url else ""  # none on a local endpoint
@@ -328,6 +386,8 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
             :class:`~airflow_training_provider.spec_secrets.SecretNotFoundError` for a connection
             or Variable that is not defined."""
         dialect = hook.dialect
+        if self.spec is None:  # a portable spec not compiled: _compile raised, execute fails first
+            raise InvalidJobSpecError("portable_spec", "not compiled for the platform", parameter=True)
         defaults = dialect.spec_defaults(hook.platform_connection.credentials)
         references = [f"{path} from {ref.describe()}" for path, ref in find_references(self.spec)]
         spec, values = resolve_references({**defaults, **self.spec})
@@ -348,6 +408,15 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
         if references:
             self.log.info("Secrets resolved on the worker (masked): %s", "; ".join(references))
         return dialect.validate_spec(spec, self.allow_unknown_fields)
+
+    def completed_job(self, job: TrainingJob) -> TrainingJob:
+        """``job`` with the metrics its program printed, where a portable spec's
+        ``metric_definitions`` are applied to the program log by the operator (ModelArts): read
+        when the job succeeded, once."""
+        if self.portable_spec is None or job.state is not JobState.SUCCEEDED:
+            return job
+        self._compile()
+        return with_log_metrics(self.hook, self.compiled, job)
 
     def program_secret_references(self) -> list[dict[str, Any]]:
         """The spec's secret references and ``wandb_conn_id``'s password: what the program's lines

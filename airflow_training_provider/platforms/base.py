@@ -46,6 +46,7 @@ from airflow_training_provider.models import (
     TrainingJob,
 )
 from airflow_training_provider.platforms.credentials import Credentials  # still importable from here
+from airflow_training_provider.portable import Placement, PortableSpecError, PortableTrainingSpec
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -596,6 +597,31 @@ class Dialect(ABC):
                     self.name,
                 )
         return model.model_dump(mode="json", exclude_unset=True)
+
+    #: the object storage a portable spec's locations are in (``s3``, ``oss``, ``obs``); ``None``:
+    #: the platform takes no portable training spec (:mod:`airflow_training_provider.portable`)
+    storage_scheme: ClassVar[str | None] = None
+    #: how the platform takes a portable spec's ``source_dir``: packed as one ``sourcedir.tar.gz``
+    #: (SageMaker script mode) or as the files themselves
+    code_packed: ClassVar[bool] = False
+    #: whether the platform reads a portable spec's ``metric_definitions`` from the program's
+    #: output itself (``MetricDefinitions``); ``False``: the operator applies them to the program
+    #: log the platform serves when the job ends (ModelArts)
+    metric_regexes: ClassVar[bool] = True
+
+    def compile_portable(self, spec: PortableTrainingSpec, place: Placement) -> dict[str, Any]:
+        """The native create body of portable training ``spec`` (before :meth:`validate_spec`,
+        which the operator runs on it as on any native spec; secret references stay in it, to be
+        resolved on the worker).
+
+        :param place: the connection's storage root and the uploaded code's digest.
+        :raises PortableSpecError: naming the portable field that is wrong, or that this platform
+            cannot serve (and why)."""
+        raise PortableSpecError(
+            "portable_spec",
+            "takes no portable training spec (only SageMaker, PAI and ModelArts do): give its native spec",
+            self.name,
+        )
 
     def training_data(self, spec: dict[str, Any]) -> list[str]:
         """URIs of the data a create ``spec`` trains on (for lineage), as the platform names them

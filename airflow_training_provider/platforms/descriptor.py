@@ -8,6 +8,7 @@ the hooks read its credentials through it. A new platform writes one descriptor 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -59,6 +60,9 @@ class ConnectionParts:
     service_urls: dict[str, str] = field(default_factory=dict)
     api_rates: ApiRates = ApiRates()
 
+
+#: the connection extra naming where a portable spec's relative locations are (``s3://bucket/ml/``)
+STORAGE_ROOT_EXTRA = "storage_root"
 
 #: the Airflow connection fields a credential may come from, besides ``extra.<key>``.
 _CONNECTION_FIELDS = ("login", "password")
@@ -150,11 +154,29 @@ class PlatformDescriptor:
             credentials, base_url, self.transport_extra(conn), api_rates=self.rates_of(conn, base_url)
         )
 
+    def storage_root_of(self, conn: Any) -> str | None:
+        """Connection ``conn``'s ``storage_root`` extra: the object storage location a portable
+        spec's relative locations are under (``s3://my-bucket/ml/``); ``None`` when not set.
+
+        :raises ValueError: it is not a ``<scheme>://<bucket>/…`` URI of the platform's storage."""
+        root = (conn.extra_dejson or {}).get(STORAGE_ROOT_EXTRA)
+        if root in (None, ""):
+            return None
+        scheme = self.dialect.storage_scheme
+        if not isinstance(root, str) or scheme is None or not re.match(rf"{scheme}://[^/]+", root):
+            expected = (
+                f"a {scheme}://<bucket>/<prefix> URI" if scheme else "not set: the platform has no storage"
+            )
+            raise ValueError(
+                f"Connection {conn.conn_id!r}: extra {STORAGE_ROOT_EXTRA!r} is {root!r}; expected {expected}"
+            )
+        return root if root.endswith("/") else root + "/"
+
     def transport_extra(self, conn: Any) -> dict[str, Any]:
         """Connection ``conn``'s extras for the HTTP session: without the credentials read from
         them and without ``api_budget`` (neither is ever sent as a header)."""
         reserved = {k for key in self.extra_keys for k in (key, f"extra__{self.conn_type}__{key}")}
-        reserved.add(BUDGET_EXTRA)
+        reserved.update((BUDGET_EXTRA, STORAGE_ROOT_EXTRA))
         return {k: v for k, v in (conn.extra_dejson or {}).items() if k not in reserved}
 
     def rates_of(self, conn: Any, base_url: str) -> ApiRates:

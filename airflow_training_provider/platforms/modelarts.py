@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -67,6 +68,15 @@ from airflow_training_provider.platforms.base import (
     try_job_name,
 )
 from airflow_training_provider.platforms.descriptor import ConnectionParts, PlatformDescriptor, base_url_of
+from airflow_training_provider.portable import (
+    Placement,
+    PortableSpecError,
+    PortableTrainingSpec,
+    merge_options,
+    pick,
+    refuse,
+    stringify,
+)
 
 PATH = "/training-jobs"
 SEARCH_PATH = "/training-job-searches"
@@ -78,6 +88,8 @@ SEARCH_DIGEST_LENGTH = 8
 CHECKPOINT_CHANNELS = ("checkpoints", "train_url")
 #: the input channel a resumed job gets: the failed job's checkpoint location.
 RESUME_CHANNEL = "resume_from"
+#: the output of a portable spec's ``output``: the provider reports a ``model``/``model_url`` output as the model
+MODEL_OUTPUT = "model_url"
 ANNOTATION_PREFIX = "airflow-"
 #: phases a job can still be stopped in (the search of re-attach and the reaper).
 LIVE_PHASES = ("Creating", "Pending", "Running")
@@ -319,6 +331,11 @@ def _channel(channels: list[WireChannel], names: tuple[str, ...]) -> str | None:
     return next((by_name[n] for n in names if n in by_name), None)
 
 
+def obs_path(uri: str) -> str:
+    """``obs://bucket/key`` as ModelArts names an OBS location: ``/bucket/key``."""
+    return "/" + uri.split("://", 1)[1]
+
+
 def _millis(value: int | None) -> datetime | None:
     return datetime.fromtimestamp(value / 1000, UTC) if value else None
 
@@ -385,6 +402,102 @@ class ModelArtsDialect(Dialect):
                 self.name,
             )
         return spec
+
+    storage_scheme = "obs"
+    metric_regexes = False  # no MetricDefinitions: the operator reads the program log at the end
+
+    def compile_portable(self, spec: PortableTrainingSpec, place: Placement) -> dict[str, Any]:
+        """A v2 create body: ``entry_point`` → ``code_dir`` + ``boot_file`` (ModelArts runs
+        ``python <boot_file>`` with the hyperparameters as ``--name=value``) on the image
+        (``engine.image_url``) or a preset engine in ``options.modelarts.algorithm.engine``;
+        ``command`` → a custom image's ``command``. Locations are OBS paths (``/bucket/key``); the
+        output is the ``model_url`` output, the checkpoints the ``checkpoints`` one, each input
+        ``--<channel>=<local directory>``. ``docs/portable-spec.md``."""
+        display = "ModelArts"
+        options = dict(spec.options.get(self.name) or {})
+        preset = (
+            ((options.get("algorithm") or {}).get("engine"))
+            if isinstance(options.get("algorithm"), dict)
+            else None
+        )
+        image = pick(spec.image, "image", self.name, display)
+        if spec.max_runtime is not None and spec.max_runtime % 3600:
+            raise refuse(
+                "max_runtime",
+                display,
+                f"it stops jobs after whole hours (spec.auto_stop); {spec.max_runtime} s is not",
+            )
+        if spec.resources.volume_size_gb is not None:
+            raise refuse("resources.volume_size_gb", display, "the flavor (flavor_id) sets the disk")
+        algorithm: dict[str, Any] = {}
+        if image and preset:
+            raise PortableSpecError(
+                f"options.{self.name}.algorithm.engine", "a preset engine and an image: give one", display
+            )
+        if image:
+            algorithm["engine"] = {"image_url": image}
+        elif not preset:
+            raise PortableSpecError(
+                "image" if not isinstance(spec.image, dict) else f"image.{self.name}",
+                "an image (engine.image_url), or a preset engine in options.modelarts.algorithm.engine",
+                display,
+            )
+        if spec.source_dir is not None:
+            code_dir = obs_path(place.code_uri())
+            algorithm["code_dir"] = code_dir
+            if spec.entry_point is not None:
+                algorithm["boot_file"] = code_dir + spec.entry_point
+        if spec.command is not None:
+            if not image:
+                raise PortableSpecError(
+                    "command", "a command runs in a custom image: give image for ModelArts", display
+                )
+            algorithm["command"] = shlex.join(spec.command)
+        if spec.hyperparameters:
+            algorithm["parameters"] = [
+                {"name": k, "value": stringify(v)} for k, v in spec.hyperparameters.items()
+            ]
+        reserved = ({MODEL_OUTPUT, CHECKPOINT_CHANNELS[0], RESUME_CHANNEL}) & set(spec.inputs)
+        if reserved:
+            raise refuse(
+                f"inputs.{sorted(reserved)[0]}",
+                display,
+                "the name is the model's, the checkpoints' or a resume's",
+            )
+        if spec.inputs:
+            algorithm["inputs"] = [
+                {
+                    "name": channel,
+                    "remote": {"obs": {"obs_url": obs_path(place.uri(location, f"inputs.{channel}"))}},
+                }
+                for channel, location in spec.inputs.items()
+            ]
+        outputs = [
+            {"name": MODEL_OUTPUT, "remote": {"obs": {"obs_url": obs_path(place.uri(spec.output, "output"))}}}
+        ]
+        if spec.checkpoints:
+            url = obs_path(place.uri(spec.checkpoints, "checkpoints"))
+            outputs.append({"name": CHECKPOINT_CHANNELS[0], "remote": {"obs": {"obs_url": url}}})
+        algorithm["outputs"] = outputs
+        if spec.environment:
+            algorithm["environments"] = dict(spec.environment)
+        job_spec: dict[str, Any] = {
+            "resource": {
+                "flavor_id": pick(
+                    spec.resources.instance_type, "resources.instance_type", self.name, display, "a flavor_id"
+                ),
+                "node_count": spec.resources.instance_count,
+            }
+        }
+        if spec.max_runtime is not None:
+            job_spec["auto_stop"] = {"time_unit": "HOURS", "duration": spec.max_runtime // 3600}
+        body: dict[str, Any] = {"kind": "job", "metadata": {}, "algorithm": algorithm, "spec": job_spec}
+        if spec.name:
+            body["metadata"]["name"] = spec.name
+        if spec.tags:  # as the provider keeps its own identity tags
+            body["metadata"]["annotations"] = dict(spec.tags)
+        merge_options(body, options, self.name)
+        return body
 
     def with_tags(self, spec: dict[str, Any], tags: list[str]) -> dict[str, Any]:
         """``spec`` with the identity tags as ``metadata.annotations`` and its name derived from them."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -69,11 +70,22 @@ from airflow_training_provider.platforms.base import (
 )
 from airflow_training_provider.platforms.credentials import SelfRefreshingSource, SigningKeys
 from airflow_training_provider.platforms.descriptor import ConnectionParts, PlatformDescriptor, base_url_of
+from airflow_training_provider.portable import (
+    Placement,
+    PortableTrainingSpec,
+    bucket_key,
+    merge_options,
+    pick,
+    refuse,
+    stringify,
+)
 
 API_VERSION = "2022-01-12"
 PATH = "/api/v1/trainingjobs"
 SIGNATURE_ALGORITHM = "ACS3-HMAC-SHA256"
 CHECKPOINT_CHANNEL = "checkpoints"
+#: the output channel of a portable spec's ``output``: PAI reports a ``model`` channel as the job's model
+MODEL_CHANNEL = "model"
 LABEL_KEY_PREFIX = "airflow-"
 MAX_NAME = 64
 DEFAULT_REGION = "cn-hangzhou"
@@ -359,6 +371,74 @@ class PaiDialect(Dialect):
             )
         return spec
 
+    storage_scheme = "oss"
+
+    def compile_portable(self, spec: PortableTrainingSpec, place: Placement) -> dict[str, Any]:
+        """A ``CreateTrainingJob`` body with an ``AlgorithmSpec``: ``entry_point`` runs as
+        ``python <entry_point> $PAI_USER_ARGS`` (the hyperparameters as ``--name value``, as the PAI
+        Python SDK's estimator runs a script) from ``CodeDir``; ``command`` as given. The output is
+        the ``model`` output channel, the checkpoints the ``checkpoints`` one. ``WorkspaceId``: the
+        connection's ``workspace_id`` unless ``options.pai.WorkspaceId``. ``docs/portable-spec.md``."""
+        display = "PAI"
+        image = pick(
+            spec.image, "image", self.name, display, "an image to run the job in (AlgorithmSpec.Image)"
+        )
+        if spec.entry_point is not None:
+            command = ["sh", "-c", f"python {shlex.quote(spec.entry_point)} $PAI_USER_ARGS"]
+        else:
+            command = list(spec.command or [])
+        algorithm: dict[str, Any] = {"Image": image, "Command": command}
+        if spec.metric_definitions:
+            algorithm["MetricDefinitions"] = [
+                {"Name": name, "Regex": regex} for name, regex in spec.metric_definitions.items()
+            ]
+        resources = spec.resources
+        if resources.volume_size_gb is not None:
+            raise refuse("resources.volume_size_gb", display, "the instance type (EcsSpec) sets the disk")
+        body: dict[str, Any] = {
+            "AlgorithmSpec": algorithm,
+            "ComputeResource": {
+                "EcsSpec": pick(
+                    resources.instance_type, "resources.instance_type", self.name, display, "an ECS spec"
+                ),
+                "EcsCount": resources.instance_count,
+            },
+            "OutputChannels": [{"Name": MODEL_CHANNEL, "OutputUri": place.uri(spec.output, "output")}],
+        }
+        if spec.name:
+            body["TrainingJobName"] = spec.name
+        if spec.source_dir is not None:
+            bucket, key = bucket_key(place.code_uri())
+            body["CodeDir"] = {"LocationType": "oss", "LocationValue": {"Bucket": bucket, "Key": key}}
+        if spec.checkpoints:
+            body["OutputChannels"].append(
+                {"Name": CHECKPOINT_CHANNEL, "OutputUri": place.uri(spec.checkpoints, "checkpoints")}
+            )
+        reserved = {MODEL_CHANNEL, CHECKPOINT_CHANNEL} & set(spec.inputs)
+        if reserved:
+            raise refuse(
+                f"inputs.{sorted(reserved)[0]}",
+                display,
+                "the name is the output channel of the model or checkpoints",
+            )
+        if spec.inputs:
+            body["InputChannels"] = [
+                {"Name": channel, "InputUri": place.uri(location, f"inputs.{channel}")}
+                for channel, location in spec.inputs.items()
+            ]
+        if spec.hyperparameters:
+            body["HyperParameters"] = [
+                {"Name": k, "Value": stringify(v)} for k, v in spec.hyperparameters.items()
+            ]
+        if spec.environment:
+            body["Environments"] = dict(spec.environment)
+        if spec.max_runtime:
+            body["Scheduler"] = {"MaxRunningTimeInSeconds": spec.max_runtime}
+        if spec.tags:
+            body["Labels"] = [{"Key": k, "Value": v} for k, v in spec.tags.items()]
+        merge_options(body, dict(spec.options.get(self.name) or {}), self.name)
+        return body
+
     def with_tags(self, spec: dict[str, Any], tags: list[str]) -> dict[str, Any]:
         """``spec`` with the identity tags as job ``Labels`` and its name derived from them."""
         labels = with_tag_pairs(spec.get("Labels"), tags)
@@ -564,7 +644,7 @@ class PaiDialect(Dialect):
         # the files before the location: a retry resumes from the latest checkpoint, which must
         # stay the location (what the platform restores into the new job's checkpoint directory)
         checkpoints = finals + checkpoints
-        if model := (wire.OutputModel or {}).get("Uri") or _channel_uri(wire.OutputChannels, "model"):
+        if model := (wire.OutputModel or {}).get("Uri") or _channel_uri(wire.OutputChannels, MODEL_CHANNEL):
             artifacts["model"] = model
         return TrainingJob(
             id=wire.TrainingJobId,

@@ -72,6 +72,15 @@ from airflow_training_provider.platforms.credentials import (
     secret_digest,
 )
 from airflow_training_provider.platforms.descriptor import ConnectionParts, PlatformDescriptor, base_url_of
+from airflow_training_provider.portable import (
+    Placement,
+    PortableSpecError,
+    PortableTrainingSpec,
+    merge_options,
+    pick,
+    refuse,
+    stringify,
+)
 
 TARGET_PREFIX = "SageMaker."
 CONTENT_TYPE = "application/x-amz-json-1.1"
@@ -89,6 +98,9 @@ MAX_NAME = 63
 SEARCH_VALUE_LIMIT = 1024
 SEARCH_MAX_SUBEXPRESSIONS = 20
 TAG_KEY_PREFIX = "airflow-"
+#: a portable spec's defaults where SageMaker requires a value: the SageMaker Python SDK's (GB, seconds)
+DEFAULT_VOLUME_GB = 30
+DEFAULT_MAX_RUNTIME = 24 * 3600
 
 #: secondary statuses of an ``InProgress`` job that are still provisioning, not training.
 _STARTING = frozenset(
@@ -353,6 +365,84 @@ class SageMakerDialect(Dialect):
             )
         algorithm.setdefault("TrainingInputMode", "File")  # required by the API
         return spec
+
+    storage_scheme = "s3"
+    code_packed = True  # script mode downloads and unpacks one sourcedir.tar.gz
+
+    def compile_portable(self, spec: PortableTrainingSpec, place: Placement) -> dict[str, Any]:
+        """A ``CreateTrainingJob`` body: script mode (``entry_point``: the framework image runs it
+        from ``sourcedir.tar.gz``, named by the ``sagemaker_program`` and
+        ``sagemaker_submit_directory`` hyperparameters, every hyperparameter JSON-encoded as the
+        SageMaker Python SDK sends them) or the image's own program (``command`` →
+        ``ContainerEntrypoint``). ``docs/portable-spec.md`` has the table."""
+        display = "SageMaker"
+        image = pick(
+            spec.image, "image", self.name, display, "a training image (a framework image for entry_point)"
+        )
+        algorithm: dict[str, Any] = {"TrainingImage": image, "TrainingInputMode": "File"}
+        hyperparameters: dict[str, str] = {}
+        if spec.entry_point is not None:
+            code = f"{place.code_uri()}sourcedir.tar.gz"
+            hyperparameters = {"sagemaker_program": json.dumps(spec.entry_point)}
+            hyperparameters["sagemaker_submit_directory"] = json.dumps(code)
+            hyperparameters.update({k: json.dumps(v) for k, v in spec.hyperparameters.items()})
+        else:
+            if spec.source_dir is not None:
+                raise refuse(
+                    "source_dir", display, "it runs a source directory only in script mode (entry_point)"
+                )
+            algorithm["ContainerEntrypoint"] = list(spec.command or [])
+            hyperparameters = {k: stringify(v) for k, v in spec.hyperparameters.items()}
+        if spec.metric_definitions:
+            algorithm["MetricDefinitions"] = [
+                {"Name": name, "Regex": regex} for name, regex in spec.metric_definitions.items()
+            ]
+        resources = spec.resources
+        body: dict[str, Any] = {
+            "AlgorithmSpecification": algorithm,
+            "OutputDataConfig": {"S3OutputPath": place.uri(spec.output, "output")},
+            "ResourceConfig": {
+                "InstanceType": pick(
+                    resources.instance_type, "resources.instance_type", self.name, display, "an instance type"
+                ),
+                "InstanceCount": resources.instance_count,
+                "VolumeSizeInGB": resources.volume_size_gb or DEFAULT_VOLUME_GB,
+            },
+            "StoppingCondition": {"MaxRuntimeInSeconds": spec.max_runtime or DEFAULT_MAX_RUNTIME},
+        }
+        if spec.name:
+            body["TrainingJobName"] = spec.name
+        if spec.inputs:
+            body["InputDataConfig"] = [
+                {
+                    "ChannelName": channel,
+                    "DataSource": {
+                        "S3DataSource": {
+                            "S3DataType": "S3Prefix",
+                            "S3Uri": place.uri(location, f"inputs.{channel}"),
+                            "S3DataDistributionType": "FullyReplicated",
+                        }
+                    },
+                }
+                for channel, location in spec.inputs.items()
+            ]
+        if spec.checkpoints:
+            body["CheckpointConfig"] = {"S3Uri": place.uri(spec.checkpoints, "checkpoints")}
+        if hyperparameters:
+            body["HyperParameters"] = hyperparameters
+        if spec.environment:
+            body["Environment"] = dict(spec.environment)
+        if spec.tags:
+            body["Tags"] = [{"Key": k, "Value": v} for k, v in spec.tags.items()]
+        options = dict(spec.options.get(self.name) or {})
+        merge_options(body, options, self.name)
+        if "RoleArn" not in body:
+            raise PortableSpecError(
+                f"options.{self.name}.RoleArn",
+                "SageMaker runs a job as an IAM role: give its ARN (arn:aws:iam::<account>:role/<name>)",
+                display,
+            )
+        return body
 
     def with_tags(self, spec: dict[str, Any], tags: list[str]) -> dict[str, Any]:
         """``spec`` with the identity tags as SageMaker tags and its name derived from them."""

@@ -75,6 +75,8 @@ class LocalFixture:
 
 MODELARTS_PROJECT_ID = "0a1b2c3d4e5f"
 PAI_WORKSPACE_ID = "86995"
+LOCAL_BUCKET = "ml-training-local"
+"""The bucket of each local connection's ``storage_root`` (S3, OSS, OBS on the local platform)."""
 
 LOCAL_FIXTURES: dict[str, LocalFixture] = {
     f.conn_type: f
@@ -86,7 +88,7 @@ LOCAL_FIXTURES: dict[str, LocalFixture] = {
             "aws_local",
             login="AKIDLOCALTEST",
             key_options={"sagemaker_access_key_id": "login", "sagemaker_secret_access_key": "secret"},
-            extra={"region_name": "us-east-1"},
+            extra={"region_name": "us-east-1", "storage_root": f"s3://{LOCAL_BUCKET}/"},
             url_in_extra="endpoint_url",
             url_also_at=("service_config.sts.endpoint_url",),
         ),
@@ -95,14 +97,22 @@ LOCAL_FIXTURES: dict[str, LocalFixture] = {
             "pai_local",
             login="LTAILOCALTEST",
             key_options={"pai_access_key_id": "login", "pai_access_key_secret": "secret"},
-            extra={"region": "cn-hangzhou", "workspace_id": PAI_WORKSPACE_ID},
+            extra={
+                "region": "cn-hangzhou",
+                "workspace_id": PAI_WORKSPACE_ID,
+                "storage_root": f"oss://{LOCAL_BUCKET}/",
+            },
         ),
         LocalFixture(
             "modelarts",
             "modelarts_local",
             login="HWLOCALTESTAK",
             key_options={"modelarts_access_key": "login", "modelarts_secret_key": "secret"},
-            extra={"region": "cn-north-4", "project_id": MODELARTS_PROJECT_ID},
+            extra={
+                "region": "cn-north-4",
+                "project_id": MODELARTS_PROJECT_ID,
+                "storage_root": f"obs://{LOCAL_BUCKET}/",
+            },
         ),
     )
 }

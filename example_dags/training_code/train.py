@@ -8,7 +8,8 @@ because it reads everything from the places each one documents, and only there:
                                                                               boot_file)
 ============  ==================================  ==========================  ===========================
 detected by   ``SM_MODEL_DIR``                    ``PAI_OUTPUT_MODEL``        ``MA_JOB_DIR``
-data          ``SM_CHANNEL_TRAIN``                ``PAI_INPUT_TRAIN``         ``--data_url=<dir>``
+data          ``SM_CHANNEL_TRAIN``                ``PAI_INPUT_TRAIN``         ``--data_url=<dir>`` (or
+                                                                              ``--train=<dir>``)
 model out     ``SM_MODEL_DIR`` (→ model.tar.gz)   ``PAI_OUTPUT_MODEL``        ``--model_url=<dir>``
 checkpoints   ``/opt/ml/checkpoints``             ``PAI_OUTPUT_CHECKPOINTS``  ``--checkpoints=<dir>``
               (``CheckpointConfig``)                                          (resume: ``--resume_from``)
@@ -166,7 +167,8 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--learning_rate", type=float, default=0.05)
     # ModelArts passes its channels as arguments; SageMaker and PAI leave these unset
-    parser.add_argument("--data_url")
+    # the input channel: data_url by Huawei's custom, train as a portable spec names it
+    parser.add_argument("--data_url", "--train", dest="data_url")
     parser.add_argument("--model_url", "--train_url", dest="model_url")  # train_url: Huawei's older name
     parser.add_argument("--checkpoints")
     parser.add_argument("--resume_from")

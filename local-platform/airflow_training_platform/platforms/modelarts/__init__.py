@@ -5,6 +5,7 @@ same engine as every other platform."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from fastapi import Request
 from fastapi.responses import JSONResponse
@@ -13,6 +14,7 @@ from pydantic import BaseModel, Field
 from airflow_training_platform.errors import ApiError, request_id
 from airflow_training_platform.metering import Metering, PathRoutes
 from airflow_training_platform.platforms.base import AppContext, LocalPlatform, platform_app, secret_setting
+from airflow_training_platform.platforms.modelarts import obs
 from airflow_training_platform.platforms.modelarts.routes import ROOT, build_router
 from airflow_training_platform.platforms.modelarts.user_code import parse_image_commands
 from airflow_training_platform.platforms.modelarts.wire import PLATFORM as NAME
@@ -85,7 +87,7 @@ def build(context: AppContext):
     )
     classes = {f"POST {ROOT}/training-jobs": "create", f"POST {ROOT}/training-job-searches": "read"}
     metering = Metering(NAME, PathRoutes(router, classes), throttled)
-    return platform_app(
+    modelarts_app = platform_app(
         "Huawei Cloud ModelArts (local)",
         router,
         render_error,
@@ -93,11 +95,23 @@ def build(context: AppContext):
         meter=context.meter,
         metering=metering,
     )
+    obs_app = obs.build_app(s.engine_config().data_dir, key_pair, context.faults)
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await (obs_app if obs.is_obs(scope) else modelarts_app)(scope, receive, send)
+
+    return app
+
+
+def serves(scope: dict[str, Any]) -> bool:
+    """ModelArts' training paths (:data:`_PATH`), and OBS requests (signed ``OBS <AK>:<signature>``:
+    a job's code being uploaded, :mod:`.obs`)."""
+    return bool(_PATH.match(scope.get("path", ""))) or obs.is_obs(scope)
 
 
 PLATFORM = LocalPlatform(
     name=NAME,
     build=build,
-    match=lambda scope: bool(_PATH.match(scope.get("path", ""))),
+    match=serves,
     options=ModelArtsOptions,
 )
