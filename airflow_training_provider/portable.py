@@ -41,6 +41,8 @@ from airflow_training_provider.errors import InvalidJobSpecError
 
 #: the training platforms a portable training spec compiles for (their dialects' ``name``)
 TRAINING_PLATFORMS = ("sagemaker", "pai", "modelarts")
+#: the platforms a portable fine-tune spec compiles for
+FINE_TUNE_PLATFORMS = ("together", "tensorone")
 
 Scalar = str | int | float | bool
 PerPlatform = str | dict[str, str]
@@ -67,20 +69,46 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class Accelerator(_Strict):
+    """GPUs per machine.
+
+    :ivar type: the GPU model as NVIDIA names it (``T4``, ``A10G``, ``L4``, ``L40S``, ``V100``,
+        ``A100``, ``H100``; any case).
+    :ivar count: GPUs on each machine, at least 1.
+    """
+
+    type: str = Field(min_length=1)
+    count: int = Field(default=1, ge=1)
+
+
 class Resources(_Strict):
-    """The machines a job runs on.
+    """The machines a job runs on: a machine type, or the GPUs a machine needs (the platform's
+    machine type for them where the provider knows it: SageMaker), or both (the platform's machine
+    type, where given, is used there).
 
     :ivar instance_type: the platform's machine type, one for all or one per platform: SageMaker
         ``ml.g5.xlarge`` (``ResourceConfig.InstanceType``), PAI ``ecs.gn7i-c8g1.2xlarge``
         (``ComputeResource.EcsSpec``), ModelArts ``modelarts.vm.gpu.t4u8`` (``spec.resource.flavor_id``).
+    :ivar accelerator: the GPUs per machine (:class:`Accelerator`), turned into the platform's
+        machine type by its table (SageMaker's); refused where the platform has none (PAI and
+        ModelArts name their GPU machines per region: give their ``instance_type``).
     :ivar instance_count: machines (nodes), at least 1.
     :ivar volume_size_gb: each machine's storage volume (GB): SageMaker only (its default: 30);
         refused elsewhere (the machine type sizes it).
     """
 
-    instance_type: PerPlatform
+    instance_type: PerPlatform | None = None
+    accelerator: Accelerator | None = None
     instance_count: int = Field(default=1, ge=1)
     volume_size_gb: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _some_machine(self) -> Resources:
+        if self.instance_type is None and self.accelerator is None:
+            raise ValueError(
+                "give instance_type (one, or one per platform) or accelerator (GPU type and count)"
+            )
+        return self
 
 
 class PortableTrainingSpec(_Strict):
@@ -162,18 +190,63 @@ class PortableTrainingSpec(_Strict):
         return self
 
 
-def parse_portable(spec: Any) -> PortableTrainingSpec:
-    """``spec`` (a mapping, e.g. a rendered operator parameter, or a :class:`PortableTrainingSpec`)
-    validated.
+class PortableFineTuneSpec(_Strict):
+    """A managed fine-tune for Together or TensorOne (templated like any spec). A mapping with
+    ``base_model`` is one of these.
+
+    :ivar base_model: the model to fine-tune (Together ``model``, TensorOne ``config.baseModel``).
+    :ivar training_file: the training data (Together ``training_file``: a file id; TensorOne
+        ``datasetId``).
+    :ivar validation_file: the validation data (Together ``validation_file``); refused on TensorOne.
+    :ivar epochs: passes over the data (Together ``n_epochs``, TensorOne ``config.training.epochs``).
+    :ivar learning_rate: (Together ``learning_rate``, TensorOne ``config.training.learning_rate``).
+    :ivar batch_size: examples per step (Together ``batch_size``, TensorOne ``config.training.batch_size``).
+    :ivar checkpoints: checkpoints to save over the run (Together ``n_checkpoints``); refused on
+        TensorOne, which saves its own.
+    :ivar suffix: the fine-tuned model's name suffix (Together ``suffix``); TensorOne's job
+        ``name`` (default: the base model's last path part + ``-fine-tune``).
+    :ivar options: per platform (``together``, ``tensorone``), native fields merged into the
+        compiled body (Together ``wandb_project_name``, TensorOne ``gpuType``); a field the portable
+        spec already sets is refused.
+    """
+
+    base_model: str = Field(min_length=1)
+    training_file: str = Field(min_length=1)
+    validation_file: str | None = Field(default=None, min_length=1)
+    epochs: int | None = Field(default=None, ge=1)
+    learning_rate: float | None = Field(default=None, gt=0)
+    batch_size: int | None = Field(default=None, ge=1)
+    checkpoints: int | None = Field(default=None, ge=1)
+    suffix: str | None = Field(default=None, min_length=1, max_length=64)
+    options: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @field_validator("options")
+    @classmethod
+    def _known_platforms(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        for key in value:
+            if key not in FINE_TUNE_PLATFORMS:
+                raise ValueError(f"unknown platform {key!r}: one of {', '.join(FINE_TUNE_PLATFORMS)}")
+        return value
+
+
+PortableSpec = PortableTrainingSpec | PortableFineTuneSpec
+
+
+def parse_portable(spec: Any) -> PortableSpec:
+    """``spec`` (a mapping, e.g. a rendered operator parameter, or a model instance) validated: a
+    :class:`PortableFineTuneSpec` when it names a ``base_model``, else a :class:`PortableTrainingSpec`.
 
     :raises PortableSpecError: naming the first offending field and what was expected (an unknown
         field with the closest known one)."""
-    if isinstance(spec, PortableTrainingSpec):
+    if isinstance(spec, PortableTrainingSpec | PortableFineTuneSpec):
         return spec
     if not isinstance(spec, dict):
         raise PortableSpecError("portable_spec", f"a mapping (dict), got {type(spec).__name__}")
+    kind: type[PortableTrainingSpec] | type[PortableFineTuneSpec] = (
+        PortableFineTuneSpec if "base_model" in spec else PortableTrainingSpec
+    )
     try:
-        return PortableTrainingSpec.model_validate(spec)
+        return kind.model_validate(spec)
     except ValidationError as exc:
         errors = exc.errors()
         # a misspelt field first: the "required" error beside it is its consequence
@@ -181,7 +254,7 @@ def parse_portable(spec: Any) -> PortableTrainingSpec:
         where = ".".join(str(p) for p in err["loc"]) or "portable_spec"
         if err["type"] == "extra_forbidden":
             *parent, name = [str(p) for p in err["loc"]]
-            model = Resources if parent == ["resources"] else PortableTrainingSpec
+            model = Resources if parent == ["resources"] else kind
             close = difflib.get_close_matches(name, list(model.model_fields), n=1, cutoff=0.6)
             hint = f"did you mean '{close[0]}'?" if close else f"known: {', '.join(model.model_fields)}"
             raise PortableSpecError(where, f"unknown field ({hint})") from None
@@ -292,6 +365,40 @@ def pick(
         where = f"{field}.{platform}" if isinstance(value, dict) else field
         raise PortableSpecError(where, needed, display)
     return chosen
+
+
+def machine_type(
+    resources: Resources,
+    platform: str,
+    display: str,
+    catalog: Mapping[tuple[str, int], str] | None = None,
+) -> str:
+    """The machine type ``platform`` runs ``resources`` on: its ``instance_type``, else the type its
+    ``catalog`` (GPU model upper-cased, GPUs per machine → machine type) has for the accelerator.
+
+    :raises PortableSpecError: neither gives one (naming ``resources.instance_type[.<platform>]``
+        or ``resources.accelerator`` and the combinations the catalog knows)."""
+    chosen = pick(resources.instance_type, "resources.instance_type", platform, display)
+    if chosen:
+        return chosen
+    where = "resources.instance_type" + (f".{platform}" if isinstance(resources.instance_type, dict) else "")
+    if resources.accelerator is None:
+        raise PortableSpecError(where, f"{display} needs a machine type (or resources.accelerator)", display)
+    if not catalog:
+        raise refuse(
+            "resources.accelerator",
+            display,
+            f"the provider knows no table of its GPU machines (they vary by region): give {where}",
+        )
+    wanted = (resources.accelerator.type.upper(), resources.accelerator.count)
+    if wanted not in catalog:
+        known = ", ".join(f"{n} x {t}" for t, n in sorted(catalog))
+        raise refuse(
+            "resources.accelerator",
+            display,
+            f"no machine type with {wanted[1]} x {wanted[0]} in the provider's table ({known}): give {where}",
+        )
+    return catalog[wanted]
 
 
 def stringify(value: Scalar) -> str:

@@ -13,7 +13,13 @@ from typing import Any
 
 from airflow_training_provider.hooks.connection import PlatformConnection
 from airflow_training_provider.models import TrainingJob
-from airflow_training_provider.portable import Placement, metrics_from_lines, parse_portable, refuse
+from airflow_training_provider.portable import (
+    Placement,
+    PortableFineTuneSpec,
+    metrics_from_lines,
+    parse_portable,
+    refuse,
+)
 from airflow_training_provider.storage import PlatformStorage, source_digest, source_files
 from airflow_training_provider.task_log import TaskLog
 
@@ -38,7 +44,8 @@ class CompiledSpec:
 
 
 def compile_for(connection: PlatformConnection, portable: Any, base_dir: Path) -> CompiledSpec:
-    """Portable spec ``portable`` (a rendered mapping) compiled for ``connection``'s platform.
+    """Portable spec ``portable`` (a rendered mapping: a training or fine-tune spec) compiled for
+    ``connection``'s platform.
 
     :param base_dir: what a relative ``source_dir`` is relative to (the DAG file's folder).
     :raises InvalidJobSpecError: (:class:`~airflow_training_provider.portable.PortableSpecError`)
@@ -46,6 +53,10 @@ def compile_for(connection: PlatformConnection, portable: Any, base_dir: Path) -
         ``source_dir``, not a directory of files."""
     spec = parse_portable(portable)
     dialect = connection.dialect
+    if isinstance(spec, PortableFineTuneSpec):
+        return CompiledSpec(
+            dialect.compile_portable(spec, Placement("", connection.platform.display_name, None))
+        )
     display = connection.platform.display_name
     scheme = dialect.storage_scheme or ""
     files = digest = None

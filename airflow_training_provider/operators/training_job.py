@@ -50,7 +50,7 @@ from airflow_training_provider.lifecycle.guards import Guards, for_platform, uns
 from airflow_training_provider.lifecycle.operations import is_stopping_or_terminal, is_terminal
 from airflow_training_provider.links import TrainingJobConsoleLink
 from airflow_training_provider.models import Checkpoint, JobState, TrainingJob
-from airflow_training_provider.portable import PortableTrainingSpec
+from airflow_training_provider.portable import PortableFineTuneSpec, PortableTrainingSpec
 from airflow_training_provider.portable_submit import (
     CompiledSpec,
     compile_for,
@@ -93,9 +93,11 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
         submit (a templated ``"3"`` becomes 3 where the schema says number); a bad value or an unknown
         field fails the task without retries, with
         :class:`~airflow_training_provider.errors.InvalidJobSpecError` naming the field.
-    :param portable_spec: instead of ``spec``, one job for SageMaker, PAI or ModelArts
-        (templated): a :class:`~airflow_training_provider.portable.PortableTrainingSpec` or its
-        mapping — your script (``source_dir`` + ``entry_point``) or a command, image, inputs,
+    :param portable_spec: instead of ``spec``, one job for several platforms (templated): a
+        :class:`~airflow_training_provider.portable.PortableFineTuneSpec` (``base_model``,
+        ``training_file``…: Together, TensorOne) or a
+        :class:`~airflow_training_provider.portable.PortableTrainingSpec` (SageMaker, PAI,
+        ModelArts), or its mapping — your script (``source_dir`` + ``entry_point``) or a command, image, inputs,
         output, checkpoints, hyperparameters, environment, resources, ``max_runtime``,
         ``metric_definitions``, tags, per-platform ``options``. Compiled for the connection's
         platform when the task renders (the Rendered Template view shows the native body as
@@ -209,7 +211,7 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
         *,
         conn_id: str,
         spec: dict[str, Any] | None = None,
-        portable_spec: dict[str, Any] | PortableTrainingSpec | None = None,
+        portable_spec: dict[str, Any] | PortableTrainingSpec | PortableFineTuneSpec | None = None,
         wait_for_completion: bool = True,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         poll_interval: float | timedelta = 30.0,
@@ -242,7 +244,7 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
                 f"{type(self).__name__}({kwargs.get('task_id')}): give spec (the platform's native body) "
                 "or portable_spec, not both nor neither"
             )
-        if isinstance(portable_spec, PortableTrainingSpec):  # a mapping, so that it is templated
+        if isinstance(portable_spec, PortableTrainingSpec | PortableFineTuneSpec):  # a mapping: templated
             portable_spec = portable_spec.model_dump(exclude_defaults=True)
         for given in (spec, portable_spec):
             if isinstance(given, dict):  # a malformed secret reference fails the DAG parse

@@ -46,7 +46,13 @@ from airflow_training_provider.models import (
     TrainingJob,
 )
 from airflow_training_provider.platforms.credentials import Credentials  # still importable from here
-from airflow_training_provider.portable import Placement, PortableSpecError, PortableTrainingSpec
+from airflow_training_provider.portable import (
+    Placement,
+    PortableFineTuneSpec,
+    PortableSpec,
+    PortableSpecError,
+    PortableTrainingSpec,
+)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -609,17 +615,39 @@ class Dialect(ABC):
     #: log the platform serves when the job ends (ModelArts)
     metric_regexes: ClassVar[bool] = True
 
-    def compile_portable(self, spec: PortableTrainingSpec, place: Placement) -> dict[str, Any]:
-        """The native create body of portable training ``spec`` (before :meth:`validate_spec`,
-        which the operator runs on it as on any native spec; secret references stay in it, to be
-        resolved on the worker).
+    def compile_portable(self, spec: PortableSpec, place: Placement) -> dict[str, Any]:
+        """The native create body of a portable spec: :meth:`compile_training` for a
+        :class:`~airflow_training_provider.portable.PortableTrainingSpec`,
+        :meth:`compile_fine_tune` for a :class:`~airflow_training_provider.portable.PortableFineTuneSpec`.
+        The body is validated later as any native spec (:meth:`validate_spec`); secret references
+        stay in it, to be resolved on the worker.
 
         :param place: the connection's storage root and the uploaded code's digest.
         :raises PortableSpecError: naming the portable field that is wrong, or that this platform
             cannot serve (and why)."""
+        if isinstance(spec, PortableFineTuneSpec):
+            return self.compile_fine_tune(spec)
+        return self.compile_training(spec, place)
+
+    def compile_training(self, spec: PortableTrainingSpec, place: Placement) -> dict[str, Any]:
+        """A portable training spec's native body (training platforms override it).
+
+        :raises PortableSpecError: always here: the platform takes no portable training spec."""
         raise PortableSpecError(
             "portable_spec",
-            "takes no portable training spec (only SageMaker, PAI and ModelArts do): give its native spec",
+            "takes no portable training spec (SageMaker, PAI and ModelArts do); a portable fine-tune "
+            "spec (with base_model) or its native spec",
+            self.name,
+        )
+
+    def compile_fine_tune(self, spec: PortableFineTuneSpec) -> dict[str, Any]:
+        """A portable fine-tune spec's native body (fine-tuning platforms override it).
+
+        :raises PortableSpecError: always here: the platform takes no portable fine-tune spec."""
+        raise PortableSpecError(
+            "base_model",
+            "takes no portable fine-tune spec (Together and TensorOne do); a portable training spec "
+            "(your script or a command) or its native spec",
             self.name,
         )
 

@@ -72,6 +72,7 @@ from airflow_training_provider.portable import (
     Placement,
     PortableSpecError,
     PortableTrainingSpec,
+    machine_type,
     merge_options,
     pick,
     refuse,
@@ -406,7 +407,7 @@ class ModelArtsDialect(Dialect):
     storage_scheme = "obs"
     metric_regexes = False  # no MetricDefinitions: the operator reads the program log at the end
 
-    def compile_portable(self, spec: PortableTrainingSpec, place: Placement) -> dict[str, Any]:
+    def compile_training(self, spec: PortableTrainingSpec, place: Placement) -> dict[str, Any]:
         """A v2 create body: ``entry_point`` → ``code_dir`` + ``boot_file`` (ModelArts runs
         ``python <boot_file>`` with the hyperparameters as ``--name=value``) on the image
         (``engine.image_url``) or a preset engine in ``options.modelarts.algorithm.engine``;
@@ -483,9 +484,7 @@ class ModelArtsDialect(Dialect):
             algorithm["environments"] = dict(spec.environment)
         job_spec: dict[str, Any] = {
             "resource": {
-                "flavor_id": pick(
-                    spec.resources.instance_type, "resources.instance_type", self.name, display, "a flavor_id"
-                ),
+                "flavor_id": machine_type(spec.resources, self.name, display),
                 "node_count": spec.resources.instance_count,
             }
         }

@@ -74,6 +74,7 @@ from airflow_training_provider.portable import (
     Placement,
     PortableTrainingSpec,
     bucket_key,
+    machine_type,
     merge_options,
     pick,
     refuse,
@@ -373,7 +374,7 @@ class PaiDialect(Dialect):
 
     storage_scheme = "oss"
 
-    def compile_portable(self, spec: PortableTrainingSpec, place: Placement) -> dict[str, Any]:
+    def compile_training(self, spec: PortableTrainingSpec, place: Placement) -> dict[str, Any]:
         """A ``CreateTrainingJob`` body with an ``AlgorithmSpec``: ``entry_point`` runs as
         ``python <entry_point> $PAI_USER_ARGS`` (the hyperparameters as ``--name value``, as the PAI
         Python SDK's estimator runs a script) from ``CodeDir``; ``command`` as given. The output is
@@ -398,9 +399,7 @@ class PaiDialect(Dialect):
         body: dict[str, Any] = {
             "AlgorithmSpec": algorithm,
             "ComputeResource": {
-                "EcsSpec": pick(
-                    resources.instance_type, "resources.instance_type", self.name, display, "an ECS spec"
-                ),
+                "EcsSpec": machine_type(resources, self.name, display),
                 "EcsCount": resources.instance_count,
             },
             "OutputChannels": [{"Name": MODEL_CHANNEL, "OutputUri": place.uri(spec.output, "output")}],

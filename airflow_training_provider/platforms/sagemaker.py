@@ -76,6 +76,7 @@ from airflow_training_provider.portable import (
     Placement,
     PortableSpecError,
     PortableTrainingSpec,
+    machine_type,
     merge_options,
     pick,
     refuse,
@@ -101,6 +102,27 @@ TAG_KEY_PREFIX = "airflow-"
 #: a portable spec's defaults where SageMaker requires a value: the SageMaker Python SDK's (GB, seconds)
 DEFAULT_VOLUME_GB = 30
 DEFAULT_MAX_RUNTIME = 24 * 3600
+#: a portable spec's ``resources.accelerator`` (GPU model, GPUs per machine) → the smallest
+#: SageMaker training instance with exactly that (AWS "Amazon SageMaker AI pricing", instance specs)
+GPU_INSTANCE_TYPES = {
+    ("T4", 1): "ml.g4dn.xlarge",
+    ("T4", 4): "ml.g4dn.12xlarge",
+    ("T4", 8): "ml.g4dn.metal",
+    ("A10G", 1): "ml.g5.xlarge",
+    ("A10G", 4): "ml.g5.12xlarge",
+    ("A10G", 8): "ml.g5.48xlarge",
+    ("L4", 1): "ml.g6.xlarge",
+    ("L4", 4): "ml.g6.12xlarge",
+    ("L4", 8): "ml.g6.48xlarge",
+    ("L40S", 1): "ml.g6e.xlarge",
+    ("L40S", 4): "ml.g6e.12xlarge",
+    ("L40S", 8): "ml.g6e.48xlarge",
+    ("V100", 1): "ml.p3.2xlarge",
+    ("V100", 4): "ml.p3.8xlarge",
+    ("V100", 8): "ml.p3.16xlarge",
+    ("A100", 8): "ml.p4d.24xlarge",
+    ("H100", 8): "ml.p5.48xlarge",
+}
 
 #: secondary statuses of an ``InProgress`` job that are still provisioning, not training.
 _STARTING = frozenset(
@@ -369,7 +391,7 @@ class SageMakerDialect(Dialect):
     storage_scheme = "s3"
     code_packed = True  # script mode downloads and unpacks one sourcedir.tar.gz
 
-    def compile_portable(self, spec: PortableTrainingSpec, place: Placement) -> dict[str, Any]:
+    def compile_training(self, spec: PortableTrainingSpec, place: Placement) -> dict[str, Any]:
         """A ``CreateTrainingJob`` body: script mode (``entry_point``: the framework image runs it
         from ``sourcedir.tar.gz``, named by the ``sagemaker_program`` and
         ``sagemaker_submit_directory`` hyperparameters, every hyperparameter JSON-encoded as the
@@ -402,9 +424,7 @@ class SageMakerDialect(Dialect):
             "AlgorithmSpecification": algorithm,
             "OutputDataConfig": {"S3OutputPath": place.uri(spec.output, "output")},
             "ResourceConfig": {
-                "InstanceType": pick(
-                    resources.instance_type, "resources.instance_type", self.name, display, "an instance type"
-                ),
+                "InstanceType": machine_type(resources, self.name, display, GPU_INSTANCE_TYPES),
                 "InstanceCount": resources.instance_count,
                 "VolumeSizeInGB": resources.volume_size_gb or DEFAULT_VOLUME_GB,
             },

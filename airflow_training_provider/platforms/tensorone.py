@@ -28,6 +28,7 @@ from airflow_training_provider.models import (
 )
 from airflow_training_provider.platforms.base import ApiRequest, Capabilities, Dialect, StatusBatch, WireModel
 from airflow_training_provider.platforms.descriptor import PlatformDescriptor
+from airflow_training_provider.portable import PortableFineTuneSpec, merge_options, refuse
 
 #: statuses of a job that has not ended (the coalesced status read's ``status`` filter)
 WAITING_STATUSES = ("queued", "initializing", "running", "paused", "cancelling")
@@ -306,6 +307,39 @@ class TensorOneDialect(Dialect):
         "failed": JobState.FAILED,
         "cancelled": JobState.CANCELLED,
     }
+
+    def compile_fine_tune(self, spec: PortableFineTuneSpec) -> dict[str, Any]:
+        """A create body in the documented prose shape: ``name`` (the suffix, else
+        ``<base model's last part>-fine-tune``), ``modelType: llm``, ``datasetId``,
+        ``config.baseModel``, ``config.training.{epochs, learning_rate, batch_size}``
+        (``docs/portable-spec.md``, "Fine-tunes").
+
+        :raises PortableSpecError: ``validation_file`` or ``checkpoints``, which TensorOne's create
+            has no field for."""
+        if spec.validation_file is not None:
+            raise refuse("validation_file", "TensorOne", "its create takes one dataset (datasetId)")
+        if spec.checkpoints is not None:
+            raise refuse(
+                "checkpoints", "TensorOne", "it saves checkpoints on its own; their number is not set"
+            )
+        training = {
+            k: v
+            for k, v in (
+                ("epochs", spec.epochs),
+                ("learning_rate", spec.learning_rate),
+                ("batch_size", spec.batch_size),
+            )
+            if v is not None
+        }
+        name = spec.suffix or f"{spec.base_model.rstrip('/').rsplit('/', 1)[-1]}-fine-tune"
+        body: dict[str, Any] = {
+            "name": name[:100],
+            "modelType": "llm",
+            "datasetId": spec.training_file,
+            "config": {"baseModel": spec.base_model, **({"training": training} if training else {})},
+        }
+        merge_options(body, dict(spec.options.get(self.name) or {}), self.name)
+        return body
 
     def validate_spec(self, spec: dict[str, Any], allow_unknown_fields: bool = False) -> dict[str, Any]:
         spec = super().validate_spec(spec, allow_unknown_fields)

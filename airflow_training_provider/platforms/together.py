@@ -51,6 +51,7 @@ from airflow_training_provider.models import (
 )
 from airflow_training_provider.platforms.base import ApiRequest, Capabilities, Dialect, StatusBatch, WireModel
 from airflow_training_provider.platforms.descriptor import PlatformDescriptor
+from airflow_training_provider.portable import PortableFineTuneSpec, merge_options
 
 TAGS_KEY = "x_airflow_tags"
 """Create-body / job-object extension key carrying the identity tags (not a Together field)."""
@@ -360,6 +361,24 @@ class TogetherDialect(Dialect):
     }
 
     # -- spec ---------------------------------------------------------------------------------
+    def compile_fine_tune(self, spec: PortableFineTuneSpec) -> dict[str, Any]:
+        """A ``POST /v1/fine-tunes`` body: ``model``, ``training_file``, ``validation_file``,
+        ``n_epochs``, ``learning_rate``, ``batch_size``, ``n_checkpoints``, ``suffix``
+        (``docs/portable-spec.md``, "Fine-tunes")."""
+        body: dict[str, Any] = {"model": spec.base_model, "training_file": spec.training_file}
+        for field, value in (
+            ("validation_file", spec.validation_file),
+            ("n_epochs", spec.epochs),
+            ("learning_rate", spec.learning_rate),
+            ("batch_size", spec.batch_size),
+            ("n_checkpoints", spec.checkpoints),
+            ("suffix", spec.suffix),
+        ):
+            if value is not None:
+                body[field] = value
+        merge_options(body, dict(spec.options.get(self.name) or {}), self.name)
+        return body
+
     def with_wandb(self, spec: dict[str, Any], api_key: str, base_url: str | None) -> dict[str, Any]:
         """Copy of ``spec`` with ``wandb_key`` (and ``wandb_base_url``), the create fields of the
         fine-tuning API (``POST /v1/fine-tunes``).

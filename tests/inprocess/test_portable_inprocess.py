@@ -184,3 +184,36 @@ def test_a_cancelled_portable_job_keeps_its_checkpoints_on_each_platform(portabl
     # the script saved on SIGTERM (the cancel asked for a final checkpoint), into the kept location
     assert job["cancel"]["final_checkpoints"] == ["checkpoint.joblib"], job["cancel"]
     assert stored(portable_platform, platform, f"portable/checkpoints/{run}/checkpoint.joblib").is_file()
+
+
+FINE_TUNE = {
+    "base_model": "local/digits-mlp-4b",
+    "training_file": "digits",  # a Together file id and a TensorOne dataset id on the local platform
+    "epochs": 2,
+    "learning_rate": 0.01,
+    "batch_size": 32,
+    "suffix": "portable-digits",
+    # the local platform's pacing, each in its platform's own field
+    "options": {
+        "together": {"x_local": {"seconds_per_epoch": 0.3}},
+        "tensorone": {"config": {"training": {"seconds_per_epoch": 0.3}}},
+    },
+}
+
+
+@pytest.mark.parametrize("conn_id", ["together_local", "tensorone_local"])
+def test_one_portable_fine_tune_runs_on_together_and_tensorone_by_the_connection_alone(control, conn_id):
+    op = SubmitTrainingJobOperator(
+        task_id="finetune", conn_id=conn_id, portable_spec=FINE_TUNE, deferrable=True, poll_interval=0.3
+    )
+    ctx = task_context(op)
+    result = run_task(op, ctx)
+    job = control.job(ctx["ti"].xcoms["job_id"])
+    assert result["state"] == "succeeded" and job["state"] == "succeeded"
+    assert job["dataset"] == "digits"
+    assert {k: job["hyperparameters"][k] for k in ("epochs", "learning_rate", "batch_size")} == {
+        "epochs": 2,
+        "learning_rate": 0.01,
+        "batch_size": 32,
+    }
+    assert result["progress"]["epoch"] == 2 and result["metrics"]["validation_accuracy"] > 0.5

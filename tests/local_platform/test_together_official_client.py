@@ -150,3 +150,27 @@ def test_cancel_through_the_client(client, server):
     assert rec["finished_at"] is not None and rec["pid"] is not None
     with pytest.raises(together.BadRequestError, match="already cancelled"):
         client.fine_tuning.cancel(job.id)
+
+
+def test_a_compiled_portable_fine_tune_is_a_create_the_client_sends(client, server):
+    """The body the provider compiles from a portable fine-tune spec, passed to the client's own
+    ``fine_tuning.create`` as its keyword arguments: every field is one the client takes."""
+    from airflow_training_provider.platforms.together import TogetherDialect
+    from airflow_training_provider.portable import Placement, parse_portable
+
+    portable = {
+        "base_model": "org/base-8b",
+        "training_file": "file-digits",
+        "validation_file": "file-digits",
+        "epochs": 2,
+        "learning_rate": 0.02,
+        "batch_size": 16,
+        "checkpoints": 2,
+        "suffix": "portable",
+    }
+    body = TogetherDialect().compile_portable(parse_portable(portable), Placement("", "Together AI", None))
+    job = client.fine_tuning.create(**body)
+    rec = record(server, job.id)
+    sent = {k: rec["request"][k] for k in body}
+    assert sent == body and job.suffix == "portable" and job.n_epochs == 2
+    client.fine_tuning.cancel(job.id)

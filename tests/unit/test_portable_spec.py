@@ -353,7 +353,7 @@ def test_a_model_instance_is_taken_as_it_is():
             "sagemaker",
             {"resources": {"instance_type": {"pai": "ecs.c6.large"}}},
             "resources.instance_type.sagemaker",
-            "an instance type",
+            "needs a machine type",
         ),  # fmt: skip
         (
             "pai",
@@ -387,6 +387,42 @@ def test_a_field_the_platform_cannot_serve_is_refused_naming_platform_and_field(
     assert error.field == field and error.platform == DISPLAY[platform]
     assert str(error).startswith(f"Invalid portable training spec on {DISPLAY[platform]}: field '{field}'")
     assert says in str(error), str(error)
+
+
+def test_an_accelerator_becomes_sagemakers_instance_type_and_a_named_type_wins():
+    gpus = {"accelerator": {"type": "a10g", "count": 4}, "instance_count": 2}
+    resource = compile_for("sagemaker", spec(resources=gpus))["ResourceConfig"]
+    assert resource == {"InstanceType": "ml.g5.12xlarge", "InstanceCount": 2, "VolumeSizeInGB": 30}
+    named = {**gpus, "instance_type": {"sagemaker": "ml.g5.24xlarge", "pai": "ecs.gn7i-c32g1.32xlarge"}}
+    assert (
+        compile_for("sagemaker", spec(resources=named))["ResourceConfig"]["InstanceType"] == "ml.g5.24xlarge"
+    )
+    assert (
+        compile_for("pai", spec(resources=named))["ComputeResource"]["EcsSpec"] == "ecs.gn7i-c32g1.32xlarge"
+    )
+
+
+@pytest.mark.parametrize(
+    ("platform", "resources", "says"),
+    [
+        ("sagemaker", {"accelerator": {"type": "A100", "count": 2}}, "no machine type with 2 x A100"),
+        ("pai", {"accelerator": {"type": "A10", "count": 1}}, "give resources.instance_type"),
+        ("modelarts", {"accelerator": {"type": "T4"}}, "vary by region"),
+    ],
+)
+def test_an_accelerator_a_platform_has_no_machine_type_for_is_refused(platform, resources, says):
+    error = refused(platform, spec(resources=resources))
+    assert error.field == "resources.accelerator" and says in str(error), str(error)
+
+
+def test_resources_name_a_machine_type_or_an_accelerator():
+    with pytest.raises(PortableSpecError) as info:
+        parse_portable(spec(resources={"instance_count": 2}))
+    assert (
+        info.value.field == "resources"
+        and "instance_type" in str(info.value)
+        and "accelerator" in str(info.value)
+    )
 
 
 def test_sagemaker_runs_a_source_dir_only_in_script_mode():
@@ -429,7 +465,111 @@ def test_an_option_that_a_portable_field_sets_is_refused():
 def test_fine_tuning_platforms_take_no_portable_training_spec(dialect):
     with pytest.raises(PortableSpecError) as info:
         dialect.compile_portable(parse_portable(spec()), Placement("", dialect.name, None))
-    assert info.value.field == "portable_spec" and "give its native spec" in str(info.value)
+    assert info.value.field == "portable_spec" and "takes no portable training spec" in str(info.value)
+
+
+@pytest.mark.parametrize("platform", list(DIALECTS))
+def test_training_platforms_take_no_portable_fine_tune_spec(platform):
+    with pytest.raises(PortableSpecError) as info:
+        DIALECTS[platform].compile_portable(parse_portable(fine_tune()), Placement("", platform, None))
+    assert info.value.field == "base_model" and "takes no portable fine-tune spec" in str(info.value)
+
+
+# -- the portable fine-tune spec ---------------------------------------------------------------------
+def fine_tune(**changes: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "base_model": "meta-llama/Meta-Llama-3.1-8B-Instruct-Reference",
+        "training_file": "file-abc123",
+        "epochs": "3",
+        "learning_rate": 1e-5,
+        "batch_size": 16,
+        "suffix": "support-bot",
+    }
+    for key, value in changes.items():
+        if value is None:
+            base.pop(key, None)
+        else:
+            base[key] = value
+    return base
+
+
+def test_together_fine_tune_body():
+    body = TogetherDialect().compile_portable(
+        parse_portable(
+            fine_tune(validation_file="file-val", checkpoints=2, options={"together": {"n_evals": 4}})
+        ),
+        Placement("", "Together AI", None),
+    )
+    assert body == {
+        "model": "meta-llama/Meta-Llama-3.1-8B-Instruct-Reference",
+        "training_file": "file-abc123",
+        "validation_file": "file-val",
+        "n_epochs": 3,
+        "learning_rate": 1e-5,
+        "batch_size": 16,
+        "n_checkpoints": 2,
+        "suffix": "support-bot",
+        "n_evals": 4,
+    }
+    assert TogetherDialect().validate_spec(copy.deepcopy(body)) == body
+
+
+def test_tensorone_fine_tune_body():
+    body = TensorOneDialect().compile_portable(
+        parse_portable(fine_tune(options={"tensorone": {"gpuType": "h100", "config": {"strategy": "lora"}}})),
+        Placement("", "TensorOne", None),
+    )
+    assert body == {
+        "name": "support-bot",
+        "modelType": "llm",
+        "datasetId": "file-abc123",
+        "config": {
+            "baseModel": "meta-llama/Meta-Llama-3.1-8B-Instruct-Reference",
+            "training": {"epochs": 3, "learning_rate": 1e-5, "batch_size": 16},
+            "strategy": "lora",
+        },
+        "gpuType": "h100",
+    }
+    assert TensorOneDialect().validate_spec(copy.deepcopy(body)) == body
+    unnamed = TensorOneDialect().compile_portable(
+        parse_portable(fine_tune(suffix=None)), Placement("", "", None)
+    )
+    assert unnamed["name"] == "Meta-Llama-3.1-8B-Instruct-Reference-fine-tune"
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "says"),
+    [
+        ({"validation_file": "file-val"}, "validation_file", "one dataset"),
+        ({"checkpoints": 3}, "checkpoints", "saves checkpoints on its own"),
+        (
+            {"options": {"tensorone": {"datasetId": "other"}}},
+            "options.tensorone.datasetId",
+            "set by a portable field",
+        ),
+    ],
+)
+def test_tensorone_refuses_what_its_create_has_no_field_for(changes, field, says):
+    with pytest.raises(PortableSpecError) as info:
+        TensorOneDialect().compile_portable(
+            parse_portable(fine_tune(**changes)), Placement("", "TensorOne", None)
+        )
+    assert info.value.field == field and says in str(info.value), str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "says"),
+    [
+        ({"epoch": 3}, "epoch", "did you mean 'epochs'?"),
+        ({"training_file": None}, "training_file", "Field required"),
+        ({"learning_rate": 0}, "learning_rate", "greater than 0"),
+        ({"options": {"sagemaker": {}}}, "options", "unknown platform 'sagemaker'"),
+    ],
+)
+def test_a_bad_fine_tune_spec_is_refused_naming_the_field(changes, field, says):
+    with pytest.raises(PortableSpecError) as info:
+        parse_portable(fine_tune(**changes))
+    assert info.value.field == field and says in str(info.value), str(info.value)
 
 
 # -- metrics read from a program log (ModelArts) -----------------------------------------------------
