@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test fast lint typecheck clean postgres redis browser ui bench sagemaker-sdk pai-sdk
+.PHONY: demo test test-setup fast lint typecheck clean postgres redis browser debian-packages ui bench sagemaker-sdk pai-sdk
 
 # Three distributions from this repository: the provider (.), the local training platform
 # (local-platform/) and the private development harness with the test tools (devel/).
@@ -42,24 +42,34 @@ pai-sdk: $(PAI_SDK_STAMP)
 demo: $(STAMP)
 	$(BIN)/python scripts/demo.py
 
-# The kill-path tests run Airflow on PostgreSQL (two triggerers need row locks): Debian's server.
+# Debian's servers the tests use, installed with one `apt-get update` for all that are missing: the
+# kill-path tests run Airflow on PostgreSQL (two triggerers need row locks), the CeleryExecutor's
+# broker is Redis, the UI test drives headless Chromium (Playwright from PyPI never downloads a browser
+# here). `postgres`, `redis`, `browser`: one each.
+HAVE_POSTGRES := ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1
+HAVE_REDIS := command -v redis-server >/dev/null 2>&1
+HAVE_BROWSER := command -v chromium-headless-shell >/dev/null 2>&1 || command -v chromium >/dev/null 2>&1
+APT_INSTALL = apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(1) >/dev/null
+debian-packages:
+	@missing=""; \
+	$(HAVE_POSTGRES) || missing="$$missing postgresql"; \
+	$(HAVE_REDIS) || missing="$$missing redis-server"; \
+	($(HAVE_BROWSER)) || missing="$$missing chromium-headless-shell"; \
+	[ -z "$$missing" ] || ($(call APT_INSTALL,$$missing))
 postgres:
-	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
-		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null)
-
-# The kill paths on the CeleryExecutor use Redis as the broker: Debian's server.
+	@$(HAVE_POSTGRES) || ($(call APT_INSTALL,postgresql))
 redis:
-	@command -v redis-server >/dev/null 2>&1 || \
-		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null)
-
-# The UI test drives Debian's headless Chromium (Playwright from PyPI never downloads a browser here).
+	@$(HAVE_REDIS) || ($(call APT_INSTALL,redis-server))
 browser:
-	@command -v chromium-headless-shell >/dev/null 2>&1 || command -v chromium >/dev/null 2>&1 || \
-		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium-headless-shell >/dev/null)
+	@$(HAVE_BROWSER) || ($(call APT_INSTALL,chromium-headless-shell))
+
+# What the tests need, built side by side (the venv and the SDK venvs download while apt installs).
+test-setup: $(STAMP) typecheck debian-packages sagemaker-sdk pai-sdk
 
 # The types first (`make typecheck`), then pure logic and in-process runs three at a time (as
 # `make fast`), then the tiers that start servers.
-test: $(STAMP) typecheck postgres redis browser sagemaker-sdk pai-sdk
+test:
+	$(MAKE) --no-print-directory -j3 test-setup
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n 3 --dist loadgroup -m parallel tests/unit tests/inprocess tests/local_platform tests/integration
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15 -m "not parallel" --ignore=tests/unit

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -102,3 +103,72 @@ def user_code_airflow_env(airflow_env, user_code_platform) -> AirflowEnv:
         "TRAINING_PLATFORM_DATA_DIR": user_code_platform.data_dir,
     }
     return AirflowEnv(home=airflow_env.home, env=env, registry=airflow_env.registry)
+
+
+@dataclass
+class DagRunProcess:
+    """One ``airflow dags test`` started in the background, in an Airflow home of its own."""
+
+    env: dict[str, str]
+    home: Path
+    log: Path
+    proc: subprocess.Popen
+    started: float
+
+    def wait(self, timeout: float) -> tuple[int, str, float]:
+        """Its exit status, output and seconds from start to end (killed after ``timeout`` s)."""
+        try:
+            self.proc.wait(timeout=timeout)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode, self.log.read_text(), time.monotonic() - self.started
+
+
+@pytest.fixture(scope="session")
+def portable_platform(tmp_path_factory):
+    """A local platform of its own for the portable example (its jobs are the only ones there)."""
+    with LocalPlatformServer(
+        tmp_path_factory.mktemp("portable-platform"), gpus=3, allow_user_code=True, **server_options()
+    ) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def user_code_dag_runs(airflow_env, user_code_airflow_env, portable_platform, tmp_path_factory):
+    """The user-code example DAGs started at once, each ``airflow dags test`` in its own copy of the
+    Airflow home (SQLite takes one writer): they mostly wait (on Airflow's start, the jobs, the
+    polls), so side by side they take about as long as one. The three own-script DAGs run on
+    :func:`user_code_platform`, the portable one on :func:`portable_platform`."""
+    runs: dict[str, DagRunProcess] = {}
+    plans = {
+        f"{cloud}_retrain_own_script": user_code_airflow_env.env
+        for cloud in ("sagemaker", "pai", "modelarts")
+    }
+    portable_home = tmp_path_factory.mktemp("airflow-portable")
+    plans["portable_retrain_own_script"] = {
+        **airflow_env.env,
+        **connection_env(portable_platform.url),
+        "TRAINING_MODEL_REGISTRY": str(portable_home / "registry"),
+    }
+    for dag_id, base_env in plans.items():
+        home = (
+            portable_home if dag_id.startswith("portable") else tmp_path_factory.mktemp(f"airflow-{dag_id}")
+        )
+        shutil.copy(airflow_env.home / "airflow.db", home / "airflow.db")
+        env = {
+            **base_env,
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
+        }
+        log = home / "dags_test.log"
+        proc = subprocess.Popen(
+            [AIRFLOW, "dags", "test", dag_id], env=env, stdout=log.open("w"), stderr=subprocess.STDOUT
+        )
+        runs[dag_id] = DagRunProcess(env, home, log, proc, time.monotonic())
+    yield runs
+    for run in runs.values():
+        if run.proc.poll() is None:
+            run.proc.kill()
+            run.proc.wait()

@@ -9,17 +9,14 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from airflow_training_devel.local_fixtures import LOCAL_BUCKET, connection_env, server_options
+from airflow_training_devel.local_fixtures import LOCAL_BUCKET
 from airflow_training_platform.control import LocalPlatformControl
-from airflow_training_platform.server import LocalPlatformServer
-from tests.e2e.conftest import AIRFLOW
 
 DAG_ID = "portable_retrain_own_script"
 PLATFORMS = ("sagemaker", "pai", "modelarts")  # the map indexes' order (the DAG's CONNECTIONS)
@@ -58,39 +55,25 @@ with create_session() as session:
 
 
 @pytest.fixture(scope="module")
-def portable_run(airflow_env, tmp_path_factory):
-    """The DAG run once against a platform of its own (its jobs are the only ones there), in a copy
-    of the Airflow home; what it printed and what Airflow recorded."""
-    with LocalPlatformServer(
-        tmp_path_factory.mktemp("portable-platform"), gpus=3, allow_user_code=True, **server_options()
-    ) as server:
-        home = tmp_path_factory.mktemp("airflow-portable")
-        shutil.copy(airflow_env.home / "airflow.db", home / "airflow.db")
-        env = {
-            **airflow_env.env,
-            **connection_env(server.url),
-            "AIRFLOW_HOME": str(home),
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
-            "TRAINING_MODEL_REGISTRY": str(home / "registry"),
-        }
-        ran = subprocess.run(
-            [AIRFLOW, "dags", "test", DAG_ID], env=env, capture_output=True, text=True, timeout=420
-        )
-        out = ran.stdout + ran.stderr
-        assert ran.returncode == 0, out[-6000:]
-        read = subprocess.run(
-            [sys.executable, "-c", READ_RUN, DAG_ID], env=env, capture_output=True, text=True, timeout=120
-        )
-        assert read.returncode == 0, read.stderr[-3000:]
-        control = LocalPlatformControl(server.url)
-        jobs = {job["platform"]: control.job(job["job_id"]) for job in control.jobs()}
-        yield {
-            "out": out,
-            "recorded": json.loads(read.stdout.strip().splitlines()[-1]),
-            "jobs": jobs,
-            "data_dir": Path(server.data_dir),
-            "registry": home / "registry",
-        }
+def portable_run(user_code_dag_runs, portable_platform):
+    """The DAG's run (started beside the own-script examples: ``user_code_dag_runs``) on a platform
+    of its own (its jobs are the only ones there); what it printed and what Airflow recorded."""
+    run = user_code_dag_runs[DAG_ID]
+    code, out, seconds = run.wait(timeout=420)
+    assert code == 0, out[-6000:]
+    print(f"portable DAG: dags test ended after {seconds:.1f} s")
+    read = subprocess.run(
+        [sys.executable, "-c", READ_RUN, DAG_ID], env=run.env, capture_output=True, text=True, timeout=120
+    )
+    assert read.returncode == 0, read.stderr[-3000:]
+    control = LocalPlatformControl(portable_platform.url)
+    return {
+        "out": out,
+        "recorded": json.loads(read.stdout.strip().splitlines()[-1]),
+        "jobs": {job["platform"]: control.job(job["job_id"]) for job in control.jobs()},
+        "data_dir": Path(portable_platform.data_dir),
+        "registry": run.home / "registry",
+    }
 
 
 def epoch_metrics(line: str) -> dict[str, float]:
