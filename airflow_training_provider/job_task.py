@@ -518,6 +518,7 @@ class TrainingJobTaskMixin(_Host):
         job = self.hook.final_view(job)
         self.publish_job(context, job)
         self.log.info("Training job %s", describe(job))
+        job = self.completed_job(job)
         result = job_outcome(job)
         self.publish_model(context, job)
         return result

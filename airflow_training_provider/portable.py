@@ -60,7 +60,7 @@ class PortableSpecError(InvalidJobSpecError):
 
     def __init__(self, field: str, expected: str, platform: str | None = None) -> None:
         super().__init__(field, expected)
-        where = f"portable training spec on {platform}" if platform else "portable training spec"
+        where = f"portable spec on {platform}" if platform else "portable spec"
         Exception.__init__(self, f"Invalid {where}: field '{field}': {expected}")
         self.platform = platform
 
@@ -118,8 +118,9 @@ class PortableTrainingSpec(_Strict):
     :ivar name: the job name's stem (the provider adds the task instance's digest and try, as for
         native specs); default ``af-<dag>-<task>``.
     :ivar image: the training image, one for all or one per platform (SageMaker ``TrainingImage``,
-        PAI ``AlgorithmSpec.Image``, ModelArts ``engine.image_url``). With ``entry_point`` on
-        ModelArts it is a preset engine instead, given in ``options.modelarts.algorithm.engine``.
+        PAI ``AlgorithmSpec.Image``, ModelArts ``engine.image_url`` with ``command``). With
+        ``entry_point`` ModelArts runs a preset engine instead, given in
+        ``options.modelarts.algorithm.engine`` (an image for ModelArts is then refused).
     :ivar source_dir: your code's directory on the worker (absolute, or relative to the DAG
         file's folder), uploaded by the operator before submit.
     :ivar entry_point: the Python script in ``source_dir`` the job runs (``train.py``).
@@ -158,6 +159,16 @@ class PortableTrainingSpec(_Strict):
     metric_definitions: dict[str, str] = Field(default_factory=dict)
     tags: dict[str, str] = Field(default_factory=dict)
     options: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @field_validator("tags")
+    @classmethod
+    def _own_tags(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if key.startswith("airflow-"):
+                raise ValueError(
+                    f"{key!r}: keys starting with airflow- are the provider's own (the task's identity)"
+                )
+        return value
 
     @field_validator("options")
     @classmethod
@@ -312,6 +323,19 @@ class Placement:
         if self.code_digest is None:
             raise PortableSpecError("source_dir", "the code's digest is not known (internal error)")
         return self.uri(f"code/{self.code_digest}/", "source_dir")
+
+
+def check_storage_root(root: str | None, scheme: str, conn_id: str) -> str | None:
+    """A connection's ``storage_root`` extra, checked: a ``<scheme>://<bucket>/…`` URI of the
+    platform's object storage (or ``None``: not set).
+
+    :raises PortableSpecError: naming ``storage_root`` and the connection."""
+    if root is not None and not re.match(rf"{re.escape(scheme)}://[^/]+/", root):
+        raise PortableSpecError(
+            "storage_root",
+            f"connection {conn_id!r} has extra storage_root {root!r}; expected {scheme}://<bucket>/<prefix>/",
+        )
+    return root
 
 
 def bucket_key(uri: str) -> tuple[str, str]:

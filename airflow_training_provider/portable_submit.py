@@ -16,6 +16,7 @@ from airflow_training_provider.models import TrainingJob
 from airflow_training_provider.portable import (
     Placement,
     PortableFineTuneSpec,
+    check_storage_root,
     metrics_from_lines,
     parse_portable,
     refuse,
@@ -63,7 +64,8 @@ def compile_for(connection: PlatformConnection, portable: Any, base_dir: Path) -
     if spec.source_dir is not None and scheme:
         files = source_files(base_dir / spec.source_dir)
         digest = source_digest(files)
-    place = Placement(scheme, display, connection.storage_root, digest)
+    root = check_storage_root(connection.storage_root, scheme, connection.conn_id) if scheme else None
+    place = Placement(scheme, display, root, digest)
     native = dialect.compile_portable(spec, place)
     log_metrics: dict[str, str] = {}
     if spec.metric_definitions and not dialect.metric_regexes:

@@ -27,7 +27,9 @@ from urllib.parse import urlsplit
 
 from airflow_training_provider.errors import InvalidJobSpecError
 from airflow_training_provider.hooks.connection import PlatformConnection
-from airflow_training_provider.portable import bucket_key
+from airflow_training_provider.platforms.credentials import SigningKeys
+from airflow_training_provider.portable import bucket_key, check_storage_root
+from airflow_training_provider.spec_secrets import mask
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +113,7 @@ class PlatformStorage:
                 f"connection {connection.conn_id!r} has no storage_root extra (e.g. {scheme}://my-bucket/ml/)",
                 parameter=True,
             )
+        check_storage_root(connection.storage_root, scheme, connection.conn_id)
         self.scheme = scheme
         self.root: str = connection.storage_root
 
@@ -163,10 +166,27 @@ def _local_endpoint(connection: PlatformConnection) -> str | None:
     return connection.base_url if host in ("127.0.0.1", "localhost", "::1") else None
 
 
+def _access_keys(connection: PlatformConnection) -> SigningKeys:
+    """The connection's access key pair (and session token) for its object store, registered with
+    the secrets masker first (the stores' SDKs log signed headers at debug level).
+
+    :raises InvalidJobSpecError: the connection has no access key (a ModelArts IAM token signs no
+        OBS request)."""
+    keys = connection.credentials.signing_keys()
+    if not keys.access_key_id or not keys.secret_access_key:
+        raise InvalidJobSpecError(
+            "source_dir",
+            f"uploading needs an access key pair on connection {connection.conn_id!r} "
+            f"({connection.platform.display_name}); it has none (an IAM token cannot sign object uploads)",
+        )
+    mask([v for v in (keys.secret_access_key, keys.session_token) if v])
+    return keys
+
+
 def _put_oss(connection: PlatformConnection, bucket: str, key: str, data: bytes) -> None:
     import oss2
 
-    keys = connection.credentials.signing_keys()
+    keys = _access_keys(connection)
     if keys.session_token:
         auth: Any = oss2.StsAuth(keys.access_key_id, keys.secret_access_key, keys.session_token)
     else:
@@ -180,7 +200,7 @@ def _put_obs(connection: PlatformConnection, bucket: str, key: str, data: bytes)
 
     from airflow_training_provider.errors import TrainingPlatformError
 
-    keys = connection.credentials.signing_keys()
+    keys = _access_keys(connection)
     local = _local_endpoint(connection)
     server = local or f"https://obs.{connection.credentials.region}.myhuaweicloud.com"
     client = ObsClient(

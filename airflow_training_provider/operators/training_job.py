@@ -8,6 +8,7 @@ worker) → the final job as the return value, or a failure that says why.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from datetime import timedelta
@@ -310,8 +311,9 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
             dialect = self.hook.dialect
         except Exception:  # an unknown connection fails in execute, with its own message
             dialect = None
-        if self.portable_spec is not None and dialect is not None:
+        if self.portable_spec is not None:
             mask(secret_values(self.portable_spec, None))
+        if self.portable_spec is not None and dialect is not None:
             try:  # compiled now, so that the rendered fields show the native body as `spec`
                 self._compile()
             except InvalidJobSpecError as exc:  # execute fails the task with it
@@ -340,8 +342,10 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
             if self.portable_spec is not None:
                 self._compile()
                 self.log.info(
-                    "Portable spec compiled for %s (the native body is this task's rendered `spec`)",
+                    "Portable spec compiled for %s (secret references unresolved; the connection's "
+                    "defaults, the identity tags and the job name are added next): %s",
                     hook.platform_connection.platform.display_name,
+                    json.dumps(self.spec, sort_keys=True),
                 )
             spec = self._spec_to_submit(hook)
         except SecretNotFoundError:
@@ -417,8 +421,17 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
         when the job succeeded, once."""
         if self.portable_spec is None or job.state is not JobState.SUCCEEDED:
             return job
-        self._compile()
-        return with_log_metrics(self.hook, self.compiled, job)
+        try:
+            self._compile()  # after a deferral: this process's render compiled it, or failed to
+            return with_log_metrics(self.hook, self.compiled, job)
+        except Exception as exc:  # noqa: BLE001 - the job succeeded: its metrics are extra
+            self.log.warning(
+                "Training job %s succeeded; its metrics could not be read from its program log (%s: %s)",
+                job.id,
+                type(exc).__name__,
+                exc,
+            )
+            return job
 
     def program_secret_references(self) -> list[dict[str, Any]]:
         """The spec's secret references and ``wandb_conn_id``'s password: what the program's lines

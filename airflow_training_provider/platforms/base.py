@@ -626,7 +626,7 @@ class Dialect(ABC):
         :raises PortableSpecError: naming the portable field that is wrong, or that this platform
             cannot serve (and why)."""
         if isinstance(spec, PortableFineTuneSpec):
-            return self.compile_fine_tune(spec)
+            return self.compile_fine_tune(spec, place)
         return self.compile_training(spec, place)
 
     def compile_training(self, spec: PortableTrainingSpec, place: Placement) -> dict[str, Any]:
@@ -637,18 +637,19 @@ class Dialect(ABC):
             "portable_spec",
             "takes no portable training spec (SageMaker, PAI and ModelArts do); a portable fine-tune "
             "spec (with base_model) or its native spec",
-            self.name,
+            place.platform,
         )
 
-    def compile_fine_tune(self, spec: PortableFineTuneSpec) -> dict[str, Any]:
-        """A portable fine-tune spec's native body (fine-tuning platforms override it).
+    def compile_fine_tune(self, spec: PortableFineTuneSpec, place: Placement) -> dict[str, Any]:
+        """A portable fine-tune spec's native body (fine-tuning platforms override it);
+        ``place`` names the platform (its storage is not used).
 
         :raises PortableSpecError: always here: the platform takes no portable fine-tune spec."""
         raise PortableSpecError(
             "base_model",
             "takes no portable fine-tune spec (Together and TensorOne do); a portable training spec "
             "(your script or a command) or its native spec",
-            self.name,
+            place.platform,
         )
 
     def training_data(self, spec: dict[str, Any]) -> list[str]:

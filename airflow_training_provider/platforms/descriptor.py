@@ -8,7 +8,6 @@ the hooks read its credentials through it. A new platform writes one descriptor 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -156,20 +155,14 @@ class PlatformDescriptor:
 
     def storage_root_of(self, conn: Any) -> str | None:
         """Connection ``conn``'s ``storage_root`` extra: the object storage location a portable
-        spec's relative locations are under (``s3://my-bucket/ml/``); ``None`` when not set.
-
-        :raises ValueError: it is not a ``<scheme>://<bucket>/…`` URI of the platform's storage."""
+        spec's relative locations are under (``s3://my-bucket/ml/``, given a trailing ``/``);
+        ``None`` when not set. Checked only where it is used
+        (:func:`~airflow_training_provider.portable.check_storage_root`): a malformed one must not
+        break the connection's native specs."""
         root = (conn.extra_dejson or {}).get(STORAGE_ROOT_EXTRA)
         if root in (None, ""):
             return None
-        scheme = self.dialect.storage_scheme
-        if not isinstance(root, str) or scheme is None or not re.match(rf"{scheme}://[^/]+", root):
-            expected = (
-                f"a {scheme}://<bucket>/<prefix> URI" if scheme else "not set: the platform has no storage"
-            )
-            raise ValueError(
-                f"Connection {conn.conn_id!r}: extra {STORAGE_ROOT_EXTRA!r} is {root!r}; expected {expected}"
-            )
+        root = str(root)
         return root if root.endswith("/") else root + "/"
 
     def transport_extra(self, conn: Any) -> dict[str, Any]:

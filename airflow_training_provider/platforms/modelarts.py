@@ -91,6 +91,9 @@ CHECKPOINT_CHANNELS = ("checkpoints", "train_url")
 RESUME_CHANNEL = "resume_from"
 #: the output of a portable spec's ``output``: the provider reports a ``model``/``model_url`` output as the model
 MODEL_OUTPUT = "model_url"
+#: where a portable command-mode job's ``source_dir`` is downloaded and its command runs
+#: (``algorithm.local_code_dir``, ``working_dir``: under ``/home``, outside ``/home/ma-user/modelarts``)
+CODE_DIR_IN_CONTAINER = "/home/ma-user/code"
 ANNOTATION_PREFIX = "airflow-"
 #: phases a job can still be stopped in (the search of re-attach and the reaper).
 LIVE_PHASES = ("Creating", "Pending", "Running")
@@ -408,10 +411,12 @@ class ModelArtsDialect(Dialect):
     metric_regexes = False  # no MetricDefinitions: the operator reads the program log at the end
 
     def compile_training(self, spec: PortableTrainingSpec, place: Placement) -> dict[str, Any]:
-        """A v2 create body: ``entry_point`` → ``code_dir`` + ``boot_file`` (ModelArts runs
-        ``python <boot_file>`` with the hyperparameters as ``--name=value``) on the image
-        (``engine.image_url``) or a preset engine in ``options.modelarts.algorithm.engine``;
-        ``command`` → a custom image's ``command``. Locations are OBS paths (``/bucket/key``); the
+        """A v2 create body in one of the documented algorithm forms: ``entry_point`` →
+        ``code_dir`` + ``boot_file`` on a preset engine (``options.modelarts.algorithm.engine``;
+        ModelArts runs ``python <boot_file>`` with the hyperparameters as ``--name=value``);
+        ``command`` → a custom image (``engine.image_url``) and its ``command``, run in
+        :data:`CODE_DIR_IN_CONTAINER` where ``source_dir`` is downloaded (``local_code_dir``,
+        ``working_dir``). Locations are OBS paths (``/bucket/key``); the
         output is the ``model_url`` output, the checkpoints the ``checkpoints`` one, each input
         ``--<channel>=<local directory>``. ``docs/portable-spec.md``."""
         display = "ModelArts"
@@ -435,24 +440,35 @@ class ModelArtsDialect(Dialect):
             raise PortableSpecError(
                 f"options.{self.name}.algorithm.engine", "a preset engine and an image: give one", display
             )
-        if image:
-            algorithm["engine"] = {"image_url": image}
-        elif not preset:
-            raise PortableSpecError(
+        if spec.entry_point is not None and image:
+            raise refuse(
                 "image" if not isinstance(spec.image, dict) else f"image.{self.name}",
-                "an image (engine.image_url), or a preset engine in options.modelarts.algorithm.engine",
+                display,
+                "it runs a boot file (entry_point) on a preset engine: give "
+                "options.modelarts.algorithm.engine {engine_name, engine_version} (a custom image takes command)",
+            )
+        if spec.entry_point is not None and not preset:
+            raise PortableSpecError(
+                f"options.{self.name}.algorithm.engine",
+                "a preset engine {engine_name, engine_version} to run the boot file (entry_point) on",
                 display,
             )
+        if spec.command is not None and not image:
+            raise PortableSpecError(
+                "image" if not isinstance(spec.image, dict) else f"image.{self.name}",
+                "a custom image (engine.image_url) to run the command in",
+                display,
+            )
+        if image:
+            algorithm["engine"] = {"image_url": image}
         if spec.source_dir is not None:
             code_dir = obs_path(place.code_uri())
             algorithm["code_dir"] = code_dir
             if spec.entry_point is not None:
                 algorithm["boot_file"] = code_dir + spec.entry_point
+            else:  # a command finds the code where it runs
+                algorithm["local_code_dir"] = algorithm["working_dir"] = CODE_DIR_IN_CONTAINER
         if spec.command is not None:
-            if not image:
-                raise PortableSpecError(
-                    "command", "a command runs in a custom image: give image for ModelArts", display
-                )
             algorithm["command"] = shlex.join(spec.command)
         if spec.hyperparameters:
             algorithm["parameters"] = [

@@ -413,13 +413,6 @@ class PaiDialect(Dialect):
             body["OutputChannels"].append(
                 {"Name": CHECKPOINT_CHANNEL, "OutputUri": place.uri(spec.checkpoints, "checkpoints")}
             )
-        reserved = {MODEL_CHANNEL, CHECKPOINT_CHANNEL} & set(spec.inputs)
-        if reserved:
-            raise refuse(
-                f"inputs.{sorted(reserved)[0]}",
-                display,
-                "the name is the output channel of the model or checkpoints",
-            )
         if spec.inputs:
             body["InputChannels"] = [
                 {"Name": channel, "InputUri": place.uri(location, f"inputs.{channel}")}

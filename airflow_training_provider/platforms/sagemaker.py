@@ -107,7 +107,6 @@ DEFAULT_MAX_RUNTIME = 24 * 3600
 GPU_INSTANCE_TYPES = {
     ("T4", 1): "ml.g4dn.xlarge",
     ("T4", 4): "ml.g4dn.12xlarge",
-    ("T4", 8): "ml.g4dn.metal",
     ("A10G", 1): "ml.g5.xlarge",
     ("A10G", 4): "ml.g5.12xlarge",
     ("A10G", 8): "ml.g5.48xlarge",
@@ -401,7 +400,7 @@ class SageMakerDialect(Dialect):
         image = pick(
             spec.image, "image", self.name, display, "a training image (a framework image for entry_point)"
         )
-        algorithm: dict[str, Any] = {"TrainingImage": image, "TrainingInputMode": "File"}
+        algorithm: dict[str, Any] = {"TrainingImage": image}  # TrainingInputMode: File unless options say
         hyperparameters: dict[str, str] = {}
         if spec.entry_point is not None:
             code = f"{place.code_uri()}sourcedir.tar.gz"

@@ -28,7 +28,7 @@ from airflow_training_provider.models import (
 )
 from airflow_training_provider.platforms.base import ApiRequest, Capabilities, Dialect, StatusBatch, WireModel
 from airflow_training_provider.platforms.descriptor import PlatformDescriptor
-from airflow_training_provider.portable import PortableFineTuneSpec, merge_options, refuse
+from airflow_training_provider.portable import Placement, PortableFineTuneSpec, merge_options, refuse
 
 #: statuses of a job that has not ended (the coalesced status read's ``status`` filter)
 WAITING_STATUSES = ("queued", "initializing", "running", "paused", "cancelling")
@@ -308,7 +308,7 @@ class TensorOneDialect(Dialect):
         "cancelled": JobState.CANCELLED,
     }
 
-    def compile_fine_tune(self, spec: PortableFineTuneSpec) -> dict[str, Any]:
+    def compile_fine_tune(self, spec: PortableFineTuneSpec, place: Placement) -> dict[str, Any]:
         """A create body in the documented prose shape: ``name`` (the suffix, else
         ``<base model's last part>-fine-tune``), ``modelType: llm``, ``datasetId``,
         ``config.baseModel``, ``config.training.{epochs, learning_rate, batch_size}``

@@ -51,7 +51,7 @@ from airflow_training_provider.models import (
 )
 from airflow_training_provider.platforms.base import ApiRequest, Capabilities, Dialect, StatusBatch, WireModel
 from airflow_training_provider.platforms.descriptor import PlatformDescriptor
-from airflow_training_provider.portable import PortableFineTuneSpec, merge_options
+from airflow_training_provider.portable import Placement, PortableFineTuneSpec, merge_options
 
 TAGS_KEY = "x_airflow_tags"
 """Create-body / job-object extension key carrying the identity tags (not a Together field)."""
@@ -361,7 +361,7 @@ class TogetherDialect(Dialect):
     }
 
     # -- spec ---------------------------------------------------------------------------------
-    def compile_fine_tune(self, spec: PortableFineTuneSpec) -> dict[str, Any]:
+    def compile_fine_tune(self, spec: PortableFineTuneSpec, place: Placement) -> dict[str, Any]:
         """A ``POST /v1/fine-tunes`` body: ``model``, ``training_file``, ``validation_file``,
         ``n_epochs``, ``learning_rate``, ``batch_size``, ``n_checkpoints``, ``suffix``
         (``docs/portable-spec.md``, "Fine-tunes")."""

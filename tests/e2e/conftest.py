@@ -136,11 +136,28 @@ def portable_platform(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def user_code_dag_runs(airflow_env, user_code_airflow_env, portable_platform, tmp_path_factory):
+def portable_cancel_platform(tmp_path_factory):
+    """A local platform of its own for the portable cancel DAG (``dags/e2e_portable_cancel.py``)."""
+    with LocalPlatformServer(
+        tmp_path_factory.mktemp("portable-cancel-platform"),
+        gpus=3,
+        allow_user_code=True,
+        **server_options(
+            sagemaker_stop_grace_seconds=10, pai_stop_grace_seconds=10, modelarts_stop_grace_seconds=10
+        ),
+    ) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def user_code_dag_runs(
+    airflow_env, user_code_airflow_env, portable_platform, portable_cancel_platform, tmp_path_factory
+):
     """The user-code example DAGs started at once, each ``airflow dags test`` in its own copy of the
     Airflow home (SQLite takes one writer): they mostly wait (on Airflow's start, the jobs, the
     polls), so side by side they take about as long as one. The three own-script DAGs run on
-    :func:`user_code_platform`, the portable one on :func:`portable_platform`."""
+    :func:`user_code_platform`, the portable one on :func:`portable_platform`, the portable cancel
+    (``dags/e2e_portable_cancel.py``) on :func:`portable_cancel_platform`."""
     runs: dict[str, DagRunProcess] = {}
     plans = {
         f"{cloud}_retrain_own_script": user_code_airflow_env.env
@@ -152,6 +169,7 @@ def user_code_dag_runs(airflow_env, user_code_airflow_env, portable_platform, tm
         **connection_env(portable_platform.url),
         "TRAINING_MODEL_REGISTRY": str(portable_home / "registry"),
     }
+    plans["e2e_portable_cancel"] = {**airflow_env.env, **connection_env(portable_cancel_platform.url)}
     for dag_id, base_env in plans.items():
         home = (
             portable_home if dag_id.startswith("portable") else tmp_path_factory.mktemp(f"airflow-{dag_id}")

@@ -119,3 +119,69 @@ def test_compare_saw_all_three_and_promote_recorded_the_best(portable_run):
     assert json.loads((portable_run["registry"] / "portable-digits.json").read_text()) == promoted
     for job in trained:
         assert f"{job['platform']:>10}  {job['id']}  " in portable_run["out"]
+
+
+CANCEL_DAG = "e2e_portable_cancel"
+READ_CANCELS = """
+import json, sys
+from sqlalchemy import select
+from airflow.models.dagrun import DagRun
+from airflow.models.taskinstance import TaskInstance
+from airflow.models.xcom import XComModel
+from airflow.utils.session import create_session
+
+dag_id = sys.argv[1]
+with create_session() as session:
+    run_id = session.scalars(select(DagRun.run_id).filter_by(dag_id=dag_id).order_by(DagRun.id.desc())).first()
+    out = {}
+    for map_index in range(3):
+        row = session.scalars(
+            XComModel.get_many(run_id=run_id, key="cancel_result", dag_ids=dag_id, task_ids="train",
+                               map_indexes=map_index, limit=1)
+        ).first()
+        state = session.scalar(select(TaskInstance.state).filter_by(
+            dag_id=dag_id, run_id=run_id, task_id="train", map_index=map_index))
+        out[map_index] = {"cancel": None if row is None else XComModel.deserialize_value(row), "state": state}
+    print(json.dumps({"run_id": run_id, "tries": out}))
+"""
+
+
+@pytest.fixture(scope="module")
+def portable_cancel_run(user_code_dag_runs, portable_cancel_platform):
+    """The cancel DAG's run: its train tasks time out (``execution_timeout``, deferred), so the run
+    fails; what Airflow recorded of each map index and the platform of each job."""
+    run = user_code_dag_runs[CANCEL_DAG]
+    code, out, seconds = run.wait(timeout=420)
+    print(f"portable cancel DAG: dags test ended after {seconds:.1f} s (exit {code})")
+    read = subprocess.run(
+        [sys.executable, "-c", READ_CANCELS, CANCEL_DAG],
+        env=run.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert read.returncode == 0, read.stderr[-3000:]
+    control = LocalPlatformControl(portable_cancel_platform.url)
+    return {
+        "out": out,
+        "recorded": json.loads(read.stdout.strip().splitlines()[-1]),
+        "jobs": {job["platform"]: control.job(job["job_id"]) for job in control.jobs()},
+        "data_dir": Path(portable_cancel_platform.data_dir),
+    }
+
+
+@pytest.mark.parametrize("index", range(3), ids=PLATFORMS)
+def test_a_timed_out_portable_task_cancels_its_job_and_the_checkpoint_stays(portable_cancel_run, index):
+    platform = PLATFORMS[index]
+    recorded = portable_cancel_run["recorded"]
+    tried = recorded["tries"][str(index)]
+    job = portable_cancel_run["jobs"][platform]
+    assert tried["state"] == "failed", portable_cancel_run["out"][-4000:]
+    assert job["state"] == "cancelled" and tried["cancel"]["job_id"] == job["job_id"]
+    assert tried["cancel"]["already_terminal"] is False
+    # the script saved on SIGTERM into the checkpoint location the platform keeps
+    assert job["cancel"]["final_checkpoints"] == ["checkpoint.joblib"], job["cancel"]
+    assert any(line.startswith("SIGTERM received: saved a checkpoint") for line in job["logs"])
+    run = recorded["run_id"].replace(":", "-")
+    stored = portable_cancel_run["data_dir"] / STORE[platform] / LOCAL_BUCKET / "cancel" / "checkpoints" / run
+    assert (stored / "checkpoint.joblib").is_file()

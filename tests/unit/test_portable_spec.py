@@ -103,8 +103,7 @@ def test_sagemaker_script_mode_body():
         "TrainingJobName": "digits",
         "RoleArn": ROLE,
         "AlgorithmSpecification": {
-            "TrainingImage": "sm/sklearn:1",
-            "TrainingInputMode": "File",
+            "TrainingImage": "sm/sklearn:1",  # TrainingInputMode: File, filled by the validation
             "MetricDefinitions": [
                 {"Name": "loss", "Regex": r"\bloss=([0-9.]+)"},
                 {"Name": "validation_accuracy", "Regex": r"validation_accuracy=([0-9.]+)"},
@@ -251,6 +250,8 @@ def test_the_provider_validates_each_compiled_body_unchanged(platform, given):
     if platform == "pai":
         body["WorkspaceId"] = "86995"  # from the connection's workspace_id, merged before validation
     validated = DIALECTS[platform].validate_spec(copy.deepcopy(body))
+    if platform == "sagemaker":  # the API's required default, filled by the validation
+        body["AlgorithmSpecification"]["TrainingInputMode"] = "File"
     assert validated == body
 
 
@@ -260,7 +261,8 @@ def test_botocore_validates_the_sagemaker_body(given):
     from botocore.validate import validate_parameters
 
     dialect = DIALECTS["sagemaker"]
-    body = dialect.with_tags(resolved(compile_for("sagemaker", given)), ["airflow-dag:d", "airflow-task:t"])
+    validated = dialect.validate_spec(resolved(compile_for("sagemaker", given)))  # what is sent
+    body = dialect.with_tags(validated, ["airflow-dag:d", "airflow-task:t"])
     model = botocore.session.get_session().get_service_model("sagemaker")
     validate_parameters(body, model.operation_model("CreateTrainingJob").input_shape)  # raises when wrong
 
@@ -328,7 +330,7 @@ def test_a_bad_spec_is_refused_naming_the_field(changes, field, says):
     with pytest.raises(PortableSpecError) as info:
         parse_portable(spec(**changes))
     assert info.value.field == field and says in str(info.value), str(info.value)
-    assert str(info.value).startswith("Invalid portable training spec: field ")
+    assert str(info.value).startswith("Invalid portable spec: field ")
 
 
 def test_templated_numbers_are_read_as_numbers():
@@ -362,7 +364,6 @@ def test_a_model_instance_is_taken_as_it_is():
             "EcsSpec",
         ),  # fmt: skip
         ("pai", {"image": {"sagemaker": "s"}}, "image.pai", "an image"),
-        ("pai", {"inputs": {"model": "base-model/"}}, "inputs.model", "output channel"),
         ("modelarts", {"max_runtime": 5400}, "max_runtime", "whole hours"),
         (
             "modelarts",
@@ -376,7 +377,13 @@ def test_a_model_instance_is_taken_as_it_is():
             "options.modelarts.algorithm.engine",
             "a preset engine and an image",
         ),  # fmt: skip
-        ("modelarts", {"options": {}}, "image.modelarts", "or a preset engine"),
+        ("modelarts", {"options": {}}, "options.modelarts.algorithm.engine", "a preset engine"),
+        (
+            "modelarts",
+            {"image": "reg/img:1", "options": {}},
+            "image",
+            "runs a boot file (entry_point) on a preset engine",
+        ),  # fmt: skip
         ("modelarts", {"inputs": {"checkpoints": "c/"}}, "inputs.checkpoints", "the checkpoints'"),
     ],
 )
@@ -385,7 +392,7 @@ def test_a_field_the_platform_cannot_serve_is_refused_naming_platform_and_field(
 ):
     error = refused(platform, spec(**changes))
     assert error.field == field and error.platform == DISPLAY[platform]
-    assert str(error).startswith(f"Invalid portable training spec on {DISPLAY[platform]}: field '{field}'")
+    assert str(error).startswith(f"Invalid portable spec on {DISPLAY[platform]}: field '{field}'")
     assert says in str(error), str(error)
 
 
@@ -432,7 +439,47 @@ def test_sagemaker_runs_a_source_dir_only_in_script_mode():
 
 def test_a_modelarts_command_needs_an_image():
     error = refused("modelarts", spec(source_dir=None, entry_point=None, command=["python", "x.py"]))
-    assert error.field == "command" and "custom image" in str(error)
+    assert error.field == "image.modelarts" and "custom image" in str(error)
+
+
+def test_a_modelarts_command_runs_where_the_source_dir_is_downloaded():
+    given = spec(entry_point=None, command=["python", "x.py"], image="reg/img:1", options={})
+    algorithm = compile_for("modelarts", given)["algorithm"]
+    assert algorithm["code_dir"] == f"/b/ml/code/{DIGEST}/" and "boot_file" not in algorithm
+    assert algorithm["local_code_dir"] == algorithm["working_dir"] == "/home/ma-user/code"
+    assert algorithm["command"] == "python x.py" and algorithm["engine"] == {"image_url": "reg/img:1"}
+
+
+def test_pai_takes_an_input_channel_named_like_an_output():
+    body = compile_for("pai", spec(inputs={"model": "pretrained/", "train": "data/"}))
+    assert body["InputChannels"][0] == {"Name": "model", "InputUri": "oss://b/ml/pretrained/"}
+    assert {c["Name"] for c in body["OutputChannels"]} == {"model", "checkpoints"}
+
+
+def test_the_input_mode_is_an_option_on_sagemaker():
+    options = {"sagemaker": {"RoleArn": ROLE, "AlgorithmSpecification": {"TrainingInputMode": "FastFile"}}}
+    body = compile_for("sagemaker", spec(options=options))
+    assert body["AlgorithmSpecification"]["TrainingInputMode"] == "FastFile"
+
+
+def test_tags_of_the_providers_own_are_refused():
+    with pytest.raises(PortableSpecError) as info:
+        parse_portable(spec(tags={"airflow-dag": "x"}))
+    assert info.value.field == "tags" and "provider's own" in str(info.value)
+
+
+@pytest.mark.parametrize("root", ["oss://b/ml/", "s3:/b", "s3:///ml/"])
+def test_a_storage_root_of_another_shape_is_refused_where_it_is_used(root):
+    from airflow_training_provider.portable import check_storage_root
+
+    with pytest.raises(PortableSpecError) as info:
+        check_storage_root(root, "s3", "aws_prod")
+    assert (
+        info.value.field == "storage_root"
+        and "aws_prod" in str(info.value)
+        and "s3://<bucket>" in str(info.value)
+    )
+    assert check_storage_root("s3://b/ml/", "s3", "aws_prod") == "s3://b/ml/"
 
 
 @pytest.mark.parametrize("platform", list(DIALECTS))
@@ -464,8 +511,9 @@ def test_an_option_that_a_portable_field_sets_is_refused():
 @pytest.mark.parametrize("dialect", [TensorOneDialect(), TogetherDialect()], ids=["tensorone", "together"])
 def test_fine_tuning_platforms_take_no_portable_training_spec(dialect):
     with pytest.raises(PortableSpecError) as info:
-        dialect.compile_portable(parse_portable(spec()), Placement("", dialect.name, None))
+        dialect.compile_portable(parse_portable(spec()), Placement("", "Together AI", None))
     assert info.value.field == "portable_spec" and "takes no portable training spec" in str(info.value)
+    assert str(info.value).startswith("Invalid portable spec on Together AI: field 'portable_spec'")
 
 
 @pytest.mark.parametrize("platform", list(DIALECTS))

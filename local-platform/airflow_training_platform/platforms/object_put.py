@@ -48,6 +48,9 @@ class ObjectStore:
     :ivar request_id_header: the answer's request id header (``x-oss-request-id``).
     :ivar unsupported_auth: ``Authorization`` prefixes of signature versions not implemented
         locally (answered 501), lower case.
+    :ivar vendor_date_signed_as_date: a vendor date header (``x-oss-date``) takes the ``Date``
+        line's place in the string to sign (OSS, ``oss2``); else that line is empty when one is
+        sent (OBS and S3 version 2: the header is signed among the vendor headers only).
     """
 
     title: str
@@ -55,6 +58,7 @@ class ObjectStore:
     auth_schemes: tuple[tuple[str, str], ...]
     request_id_header: str
     unsupported_auth: tuple[str, ...] = ()
+    vendor_date_signed_as_date: bool = True
 
     def is_request(self, scope: Mapping[str, Any]) -> bool:
         """Is this a request to the store: signed ``<scheme word> <id>:<signature>`` (or with a
@@ -70,7 +74,11 @@ class ObjectStore:
         """The string to sign (``headers``: lower-case names → values) of a request without
         subresources; ``prefix``: the vendor headers signed (``x-oss-``)."""
         vendor = "".join(f"{k}:{headers[k]}\n" for k in sorted(h for h in headers if h.startswith(prefix)))
-        date = headers.get(f"{prefix}date") or headers.get("date", "")
+        vendor_date = headers.get(f"{prefix}date")
+        if vendor_date is not None:
+            date = vendor_date if self.vendor_date_signed_as_date else ""
+        else:
+            date = headers.get("date", "")
         head = "\n".join([method, headers.get("content-md5", ""), headers.get("content-type", ""), date])
         return f"{head}\n{vendor}/{bucket}/{key}"
 

@@ -21,6 +21,7 @@ OBS = ObjectStore(
     scheme="obs",
     auth_schemes=(("OBS", "x-obs-"), ("AWS", "x-amz-")),
     request_id_header="x-obs-request-id",
+    vendor_date_signed_as_date=False,
 )
 is_obs = OBS.is_request
 build_app = OBS.build_app
