@@ -254,3 +254,72 @@ def test_a_kill_while_the_code_uploads_submits_no_job(portable_platform, monkeyp
         assert job["state"] in ("cancelled", "cancelling", "stopping"), (
             f"job {submitted} was submitted after the kill and left {job['state']}"
         )
+
+
+def test_a_succeeded_deferred_job_is_not_failed_by_recompiling_on_the_resuming_worker(
+    portable_platform, tmp_path
+):
+    """The job succeeded; the task resumes (``execute_complete``) on a fresh operator, on a worker
+    where ``source_dir`` is not where the submitting worker had it (another worker, a new DAG
+    bundle version). Nothing is left to upload or compile on SageMaker (its metrics come from the
+    platform): the task must succeed, not fail with ``source_dir ... is not a directory``."""
+    import asyncio
+    import shutil
+
+    from airflow.sdk.module_loading import import_string
+
+    code = tmp_path / "code"
+    shutil.copytree(CODE_DIR, code)
+    spec = portable_spec(uuid.uuid4().hex[:8], epochs=2)
+    spec["source_dir"] = str(code)
+
+    def op():
+        return SubmitTrainingJobOperator(
+            task_id="train", conn_id="aws_local", portable_spec=spec, deferrable=True, poll_interval=0.3
+        )
+
+    first = op()
+    ctx = task_context(first)
+    with pytest.raises(TaskDeferred) as deferred:
+        first.execute(ctx)
+    classpath, kwargs = deferred.value.trigger.serialize()
+    kwargs = json.loads(json.dumps(kwargs))
+    kwargs.update(resume_settle=0.0, spread_polls=False)
+    event = asyncio.run(first_event(import_string(classpath)(**kwargs)))
+    shutil.rmtree(code)  # not on the worker that resumes the task
+    result = op().resume_execution(
+        deferred.value.method_name, {**(deferred.value.kwargs or {}), "event": event.payload}, ctx
+    )
+    assert result["state"] == "succeeded"
+
+
+def test_the_local_oss_store_refuses_a_body_that_does_not_match_its_signed_content_md5(portable_platform):
+    """OSS (and OBS) sign ``Content-MD5``; the real stores answer 400 ``InvalidDigest`` when the
+    body does not match it. The local store must not keep a body the signature does not cover."""
+    import base64
+    import hashlib
+    from email.utils import formatdate
+
+    import requests
+
+    from airflow_training_platform.platforms.object_put import signature
+
+    date = formatdate(usegmt=True)
+    md5 = base64.b64encode(hashlib.md5(b"signed body").digest()).decode()
+    key = f"attack28/{uuid.uuid4().hex}.txt"
+    to_sign = f"PUT\n{md5}\napplication/octet-stream\n{date}\n/ml-training-local/{key}"
+    from airflow_training_devel.local_fixtures import LOCAL_SECRET
+
+    answer = requests.put(
+        f"{portable_platform.url}/ml-training-local/{key}",
+        data=b"another body",
+        headers={
+            "Date": date,
+            "Content-MD5": md5,
+            "Content-Type": "application/octet-stream",
+            "Authorization": f"OSS LTAILOCALTEST:{signature(LOCAL_SECRET, to_sign)}",
+        },
+        timeout=10,
+    )
+    stored = Path(portable_platform.data_dir) / "oss" / "ml-training-local" / key
+    assert answer.status_code == 400 and not stored.exists(), (answer.status_code, answer.text[:200])
