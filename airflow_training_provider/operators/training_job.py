@@ -361,11 +361,13 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
                 spec = hook.dialect.resume_spec(spec, *resume_from) or spec
             if self.compiled is not None:
                 upload_source(hook.platform_connection, self.compiled, self.log)
+            self._stop_if_killed()  # a SIGTERM during the upload: on_kill had no job to cancel
             tags = identity.tags()
             job = hook.create_job(hook.dialect.with_tags(spec, tags), tags)
             console = f" ({job.console_url})" if job.console_url else ""  # none on a local endpoint
             self.log.info("Submitted training job %s on %s%s", job.id, hook.dialect.name, console)
         with self.owning(job):  # from here until the wait starts, a failure must not orphan the job
+            self._stop_if_killed(job)  # killed during the create: owning() cancels the job per policy
             self.remember(context, identity, job)
             if not self.wait_for_completion:
                 return job.model_dump(mode="json")
@@ -378,6 +380,19 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
         outcome = self.wait_on_worker(job, context, deadline)
         confirm_until = None if deadline is None else deadline - WORKER_CONFIRM_MARGIN
         return self.conclude(outcome, context, confirm_until)
+
+    def _stop_if_killed(self, job: TrainingJob | None = None) -> None:
+        """``on_kill`` ran before this try had a job to cancel (Airflow's SIGTERM handler returns
+        into ``execute()``): stop instead of submitting (or waiting on) a job nobody owns.
+
+        :raises TrainingJobCancelledByAirflow: the task was killed."""
+        if not self._stop.is_set():
+            return
+        if job is None:
+            raise TrainingJobCancelledByAirflow(
+                "Task was killed before its training job was submitted: nothing was submitted"
+            )
+        raise TrainingJobCancelledByAirflow(f"Task was killed while {platform_job(job)} was being submitted")
 
     def _spec_to_submit(self, hook: TrainingPlatformHook) -> dict[str, Any]:
         """The spec as the platform will get it: connection defaults under it, secret references
