@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from airflow_training_provider.errors import InvalidJobSpecError
+from airflow_training_provider.errors import InvalidJobSpecError, TrainingPlatformError
 from airflow_training_provider.hooks.connection import PlatformConnection
 from airflow_training_provider.portable import bucket_key
 
@@ -124,7 +124,18 @@ class PlatformStorage:
         :raises TrainingPlatformError: the store refused it (its message names the bucket and key)."""
         uri = self.uri(key)
         bucket, object_key = bucket_key(uri)
-        _WRITERS[self.scheme](self.connection, bucket, object_key, data)
+        try:
+            _WRITERS[self.scheme](self.connection, bucket, object_key, data)
+        except TrainingPlatformError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the cloud SDK's own (botocore, oss2, OBS: a socket error)
+            status, code = _sdk_error(exc)
+            raise TrainingPlatformError(
+                f"the upload of {uri} (connection {self.connection.conn_id!r}) failed: "
+                f"{type(exc).__name__}: {getattr(exc, 'message', None) or exc}",
+                status=status,
+                code=code,
+            ) from exc
         return uri
 
     def upload_source(self, files: Mapping[str, Path], code_uri: str, packed: bool) -> list[str]:
@@ -144,6 +155,18 @@ class PlatformStorage:
         bucket, _ = bucket_key(self.root)
         if not hook.check_for_bucket(bucket):
             hook.create_bucket(bucket)
+
+
+def _sdk_error(exc: BaseException) -> tuple[int | None, str | None]:
+    """The HTTP status and error code a cloud SDK's exception carries (botocore ``ClientError``,
+    ``oss2.exceptions.OssError``), if any."""
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):  # botocore
+        error = response.get("Error") or {}
+        status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+        return status, error.get("Code")
+    status = getattr(exc, "status", None)  # oss2 (-2: no answer)
+    return (status if isinstance(status, int) and status > 0 else None), getattr(exc, "code", None) or None
 
 
 def _s3_hook(connection: PlatformConnection) -> Any:
@@ -177,8 +200,6 @@ def _put_oss(connection: PlatformConnection, bucket: str, key: str, data: bytes)
 
 def _put_obs(connection: PlatformConnection, bucket: str, key: str, data: bytes) -> None:
     from obs import ObsClient
-
-    from airflow_training_provider.errors import TrainingPlatformError
 
     keys = connection.credentials.signing_keys()
     local = _local_endpoint(connection)
