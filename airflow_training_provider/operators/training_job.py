@@ -50,7 +50,11 @@ from airflow_training_provider.lifecycle.guards import Guards, for_platform, uns
 from airflow_training_provider.lifecycle.operations import is_stopping_or_terminal, is_terminal
 from airflow_training_provider.links import TrainingJobConsoleLink
 from airflow_training_provider.models import Checkpoint, JobState, TrainingJob
-from airflow_training_provider.portable import PortableFineTuneSpec, PortableTrainingSpec
+from airflow_training_provider.portable import (
+    PortableFineTuneSpec,
+    PortableTrainingSpec,
+    parse_portable,
+)
 from airflow_training_provider.portable_submit import (
     CompiledSpec,
     compile_for,
@@ -432,8 +436,17 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
         when the job succeeded, once."""
         if self.portable_spec is None or job.state is not JobState.SUCCEEDED:
             return job
-        self._compile()
-        return with_log_metrics(self.hook, self.compiled, job)
+        if self.hook.dialect.metric_regexes:  # the platform reported them: nothing to compile or read
+            return job
+        compiled = self.compiled
+        if compiled is None:  # a resumed task on another worker: only the regexes are needed
+            try:
+                spec = parse_portable(self.portable_spec)
+            except InvalidJobSpecError as exc:
+                self.log.warning("Metrics not read from the program log (%s): the job succeeded", exc)
+                return job
+            compiled = CompiledSpec({}, log_metrics=dict(getattr(spec, "metric_definitions", {}) or {}))
+        return with_log_metrics(self.hook, compiled, job)
 
     def program_secret_references(self) -> list[dict[str, Any]]:
         """The spec's secret references and ``wandb_conn_id``'s password: what the program's lines
