@@ -323,3 +323,54 @@ def test_the_local_oss_store_refuses_a_body_that_does_not_match_its_signed_conte
     )
     stored = Path(portable_platform.data_dir) / "oss" / "ml-training-local" / key
     assert answer.status_code == 400 and not stored.exists(), (answer.status_code, answer.text[:200])
+
+
+@pytest.mark.parametrize("platform", list(CONNECTIONS))
+def test_a_retry_finds_the_first_tries_job_by_its_tags_when_the_store_write_was_lost(
+    portable_platform, platform, monkeypatch
+):
+    """The worker died between the submit and the task state store write (K13): the retry finds
+    the job by its identity tags (merged with the portable spec's own tags) and re-attaches: one
+    job, one upload."""
+    uploads = _count_uploads(monkeypatch)
+    run = uuid.uuid4().hex[:8]
+
+    def op():
+        return SubmitTrainingJobOperator(
+            task_id="train", conn_id=CONNECTIONS[platform], portable_spec=portable_spec(run, epochs=2),
+            deferrable=True, poll_interval=0.3, retries=2,
+        )  # fmt: skip
+
+    first = op()
+    ctx = task_context(first)
+    with pytest.raises(TaskDeferred):
+        first.execute(ctx)
+    job_id = ctx["ti"].xcoms["job_id"]
+    ctx["task_state_store"].values.clear()  # the store write never happened
+    second = op()
+    result = run_task(second, task_context(second, try_number=2, state=ctx))
+    assert result["id"] == job_id and result["state"] == "succeeded"
+    assert len(uploads) == 1, uploads
+
+
+def test_templated_portable_fields_render_numbers_from_strings_and_compile_at_render(portable_platform):
+    """Jinja in the portable spec (numbers rendered as strings) renders and compiles at render
+    time: the rendered ``spec`` is the native body, with the numbers as the platform wants them."""
+    import datetime as dt
+
+    from airflow.sdk import DAG
+
+    spec = portable_spec("{{ params.run }}", epochs="{{ params.epochs }}")
+    spec["resources"]["instance_count"] = "{{ params.nodes }}"
+    spec["max_runtime"] = "{{ params.hours * 3600 }}"
+    with DAG("attack28_tpl", schedule=None, start_date=dt.datetime(2026, 1, 1),
+             params={"run": "r1", "epochs": 3, "nodes": 2, "hours": 2}):  # fmt: skip
+        op = SubmitTrainingJobOperator(task_id="train", conn_id="pai_local", portable_spec=spec)
+    ctx = task_context(op)
+    ctx["params"] = {"run": "r1", "epochs": 3, "nodes": 2, "hours": 2}
+    op.render_template_fields(ctx)
+    assert op.compile_error is None, op.compile_error
+    assert op.spec["ComputeResource"]["EcsCount"] == 2
+    assert op.spec["Scheduler"]["MaxRunningTimeInSeconds"] == 7200
+    assert {"Name": "epochs", "Value": "3"} in op.spec["HyperParameters"]
+    assert op.spec["OutputChannels"][0]["OutputUri"].endswith("portable/models/r1/")
