@@ -374,3 +374,24 @@ def test_templated_portable_fields_render_numbers_from_strings_and_compile_at_re
     assert op.spec["Scheduler"]["MaxRunningTimeInSeconds"] == 7200
     assert {"Name": "epochs", "Value": "3"} in op.spec["HyperParameters"]
     assert op.spec["OutputChannels"][0]["OutputUri"].endswith("portable/models/r1/")
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        ({**portable_spec("r", epochs=1), "ouput": "models/"}, "ouput"),
+        ({**portable_spec("r", epochs=1), "options": {"sagemker": {}}}, "options"),
+        ({k: v for k, v in portable_spec("r", epochs=1).items() if k != "resources"}, "resources"),
+    ],
+)
+def test_a_malformed_portable_spec_without_templates_fails_the_dag_parse(spec, field):
+    """A portable spec with no Jinja in it can be validated when the DAG is parsed (it needs no
+    connection): a misspelt or missing field is a bad parameter value, which the operator's
+    docstring says raises ``ValueError`` at parse time — not a task failure on every run."""
+    with pytest.raises(ValueError, match=field):
+        SubmitTrainingJobOperator(task_id="train", conn_id="pai_local", portable_spec=spec)
+
+
+def test_a_templated_portable_spec_is_still_accepted_at_parse():
+    spec = portable_spec("{{ run_id }}", epochs="{{ params.epochs }}")
+    SubmitTrainingJobOperator(task_id="train", conn_id="pai_local", portable_spec=spec)
