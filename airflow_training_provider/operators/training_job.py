@@ -253,6 +253,11 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
         for given in (spec, portable_spec):
             if isinstance(given, dict):  # a malformed secret reference fails the DAG parse
                 list(find_references(given))
+        if isinstance(portable_spec, dict) and not _templated(portable_spec):
+            try:  # nothing left to render: a misspelt or missing field fails the DAG parse
+                parse_portable(portable_spec)
+            except InvalidJobSpecError as exc:
+                raise ValueError(f"{type(self).__name__}({kwargs.get('task_id')}): {exc}") from None
         if model_alias:  # the scheduler learns from the outlets that this task emits through the alias
             from airflow.sdk import AssetAlias
 
@@ -686,6 +691,17 @@ class CancelTrainingJobOperator(BaseOperator):
         result, job = hook.cancel_and_confirm(self.job_id, request, timeout=policy.confirm_timeout)
         log_cancel(self.log, result, job)
         return result.model_dump(mode="json")
+
+
+def _templated(value: Any) -> bool:
+    """Whether ``value`` (a spec) holds Jinja anywhere: it can only be validated once rendered."""
+    if isinstance(value, str):
+        return "{{" in value or "{%" in value
+    if isinstance(value, dict):
+        return any(_templated(k) or _templated(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return any(_templated(v) for v in value)
+    return False
 
 
 class _Timeout(BaseModel):
