@@ -395,3 +395,22 @@ def test_a_malformed_portable_spec_without_templates_fails_the_dag_parse(spec, f
 def test_a_templated_portable_spec_is_still_accepted_at_parse():
     spec = portable_spec("{{ run_id }}", epochs="{{ params.epochs }}")
     SubmitTrainingJobOperator(task_id="train", conn_id="pai_local", portable_spec=spec)
+
+
+@pytest.mark.parametrize("platform", list(CONNECTIONS))
+def test_one_transient_503_from_the_object_store_does_not_fail_the_try(portable_platform, platform):
+    """The store answers one 503 (SlowDown / ServiceUnavailable) to a code upload, then recovers:
+    as for the platform's API (K14), a transient answer is retried, not the end of the try."""
+    control = LocalPlatformControl(portable_platform.url)
+    rule = control.add_fault(method="PUT", path_prefix="/ml-training-local/code/", status=503, count=1)
+    try:
+        op = SubmitTrainingJobOperator(
+            task_id="train", conn_id=CONNECTIONS[platform],
+            portable_spec=portable_spec(uuid.uuid4().hex[:8], epochs=1),
+            deferrable=False, poll_interval=0.3, wait_for_completion=False,
+        )  # fmt: skip
+        run_task(op, task_context(op))
+        fired = control.fault(rule["id"])["fired"]
+    finally:
+        control.clear_faults(rule_id=rule["id"])
+    assert fired == 1
