@@ -20,12 +20,13 @@ import hashlib
 import io
 import logging
 import tarfile
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from airflow_training_provider.errors import InvalidJobSpecError
+from airflow_training_provider.errors import InvalidJobSpecError, TrainingPlatformError
 from airflow_training_provider.hooks.connection import PlatformConnection
 from airflow_training_provider.platforms.credentials import SigningKeys
 from airflow_training_provider.portable import bucket_key, check_storage_root
@@ -38,6 +39,10 @@ _SKIPPED_PARTS = frozenset({"__pycache__", ".git", ".ipynb_checkpoints", ".venv"
 _SKIPPED_SUFFIXES = (".pyc", ".pyo")
 #: the archive SageMaker script mode downloads and unpacks (``sagemaker_submit_directory``)
 SOURCE_ARCHIVE = "sourcedir.tar.gz"
+#: attempts of one object's upload when the store fails transiently (no answer, 429, 5xx), and the
+#: first wait between them (seconds, doubled each time)
+UPLOAD_ATTEMPTS, UPLOAD_BACKOFF = 3, 1.0
+_TRANSIENT = frozenset({408, 429, 500, 502, 503, 504})
 #: a ``source_dir`` larger than this is refused (bytes): code, not data, belongs there
 MAX_SOURCE_BYTES = 50 * 1024 * 1024
 
@@ -127,8 +132,29 @@ class PlatformStorage:
         :raises TrainingPlatformError: the store refused it (its message names the bucket and key)."""
         uri = self.uri(key)
         bucket, object_key = bucket_key(uri)
-        _WRITERS[self.scheme](self.connection, bucket, object_key, data)
-        return uri
+        for attempt in range(1, UPLOAD_ATTEMPTS + 1):
+            try:
+                _WRITERS[self.scheme](self.connection, bucket, object_key, data)
+                return uri
+            except TrainingPlatformError as exc:
+                error = exc
+            except Exception as exc:  # noqa: BLE001 - the cloud SDK's own (botocore, oss2, OBS: a socket error)
+                status, code = _sdk_error(exc)
+                error = TrainingPlatformError(
+                    f"the upload of {uri} (connection {self.connection.conn_id!r}) failed: "
+                    f"{type(exc).__name__}: {getattr(exc, 'message', None) or exc}",
+                    status=status,
+                    code=code,
+                )
+                error.__cause__ = exc
+            # the same bytes to the same key: a transient failure (no answer, 429, 5xx) is tried again
+            if attempt == UPLOAD_ATTEMPTS or not (error.status is None or error.status in _TRANSIENT):
+                raise error
+            log.warning(
+                "Upload of %s failed (%s); trying again (%d of %d)", uri, error, attempt + 1, UPLOAD_ATTEMPTS
+            )
+            time.sleep(UPLOAD_BACKOFF * 2 ** (attempt - 1))
+        raise AssertionError("unreachable")
 
     def upload_source(self, files: Mapping[str, Path], code_uri: str, packed: bool) -> list[str]:
         """Upload ``source_dir``'s ``files`` under ``code_uri`` (a directory URI in this storage):
@@ -147,6 +173,18 @@ class PlatformStorage:
         bucket, _ = bucket_key(self.root)
         if not hook.check_for_bucket(bucket):
             hook.create_bucket(bucket)
+
+
+def _sdk_error(exc: BaseException) -> tuple[int | None, str | None]:
+    """The HTTP status and error code a cloud SDK's exception carries (botocore ``ClientError``,
+    ``oss2.exceptions.OssError``), if any."""
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):  # botocore
+        error = response.get("Error") or {}
+        status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+        return status, error.get("Code")
+    status = getattr(exc, "status", None)  # oss2 (-2: no answer)
+    return (status if isinstance(status, int) and status > 0 else None), getattr(exc, "code", None) or None
 
 
 def _s3_hook(connection: PlatformConnection) -> Any:
@@ -197,8 +235,6 @@ def _put_oss(connection: PlatformConnection, bucket: str, key: str, data: bytes)
 
 def _put_obs(connection: PlatformConnection, bucket: str, key: str, data: bytes) -> None:
     from obs import ObsClient
-
-    from airflow_training_provider.errors import TrainingPlatformError
 
     keys = _access_keys(connection)
     local = _local_endpoint(connection)

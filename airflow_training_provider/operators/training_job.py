@@ -51,7 +51,11 @@ from airflow_training_provider.lifecycle.guards import Guards, for_platform, uns
 from airflow_training_provider.lifecycle.operations import is_stopping_or_terminal, is_terminal
 from airflow_training_provider.links import TrainingJobConsoleLink
 from airflow_training_provider.models import Checkpoint, JobState, TrainingJob
-from airflow_training_provider.portable import PortableFineTuneSpec, PortableTrainingSpec
+from airflow_training_provider.portable import (
+    PortableFineTuneSpec,
+    PortableTrainingSpec,
+    parse_portable,
+)
 from airflow_training_provider.portable_submit import (
     CompiledSpec,
     compile_for,
@@ -250,6 +254,11 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
         for given in (spec, portable_spec):
             if isinstance(given, dict):  # a malformed secret reference fails the DAG parse
                 list(find_references(given))
+        if isinstance(portable_spec, dict) and not _templated(portable_spec):
+            try:  # nothing left to render: a misspelt or missing field fails the DAG parse
+                parse_portable(portable_spec)
+            except InvalidJobSpecError as exc:
+                raise ValueError(f"{type(self).__name__}({kwargs.get('task_id')}): {exc}") from None
         if model_alias:  # the scheduler learns from the outlets that this task emits through the alias
             from airflow.sdk import AssetAlias
 
@@ -365,11 +374,13 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
                 spec = hook.dialect.resume_spec(spec, *resume_from) or spec
             if self.compiled is not None:
                 upload_source(hook.platform_connection, self.compiled, self.log)
+            self._stop_if_killed()  # a SIGTERM during the upload: on_kill had no job to cancel
             tags = identity.tags()
             job = hook.create_job(hook.dialect.with_tags(spec, tags), tags)
             console = f" ({job.console_url})" if job.console_url else ""  # none on a local endpoint
             self.log.info("Submitted training job %s on %s%s", job.id, hook.dialect.name, console)
         with self.owning(job):  # from here until the wait starts, a failure must not orphan the job
+            self._stop_if_killed(job)  # killed during the create: owning() cancels the job per policy
             self.remember(context, identity, job)
             if not self.wait_for_completion:
                 return job.model_dump(mode="json")
@@ -382,6 +393,19 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
         outcome = self.wait_on_worker(job, context, deadline)
         confirm_until = None if deadline is None else deadline - WORKER_CONFIRM_MARGIN
         return self.conclude(outcome, context, confirm_until)
+
+    def _stop_if_killed(self, job: TrainingJob | None = None) -> None:
+        """``on_kill`` ran before this try had a job to cancel (Airflow's SIGTERM handler returns
+        into ``execute()``): stop instead of submitting (or waiting on) a job nobody owns.
+
+        :raises TrainingJobCancelledByAirflow: the task was killed."""
+        if not self._stop.is_set():
+            return
+        if job is None:
+            raise TrainingJobCancelledByAirflow(
+                "Task was killed before its training job was submitted: nothing was submitted"
+            )
+        raise TrainingJobCancelledByAirflow(f"Task was killed while {platform_job(job)} was being submitted")
 
     def _spec_to_submit(self, hook: TrainingPlatformHook) -> dict[str, Any]:
         """The spec as the platform will get it: connection defaults under it, secret references
@@ -421,9 +445,14 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
         when the job succeeded, once."""
         if self.portable_spec is None or job.state is not JobState.SUCCEEDED:
             return job
+        if self.hook.dialect.metric_regexes:  # the platform reported them: nothing to compile or read
+            return job
+        compiled = self.compiled
         try:
-            self._compile()  # after a deferral: this process's render compiled it, or failed to
-            return with_log_metrics(self.hook, self.compiled, job)
+            if compiled is None:  # a resumed task on another worker: only the regexes are needed
+                spec = parse_portable(self.portable_spec)
+                compiled = CompiledSpec({}, log_metrics=dict(getattr(spec, "metric_definitions", {}) or {}))
+            return with_log_metrics(self.hook, compiled, job)
         except Exception as exc:  # noqa: BLE001 - the job succeeded: its metrics are extra
             self.log.warning(
                 "Training job %s succeeded; its metrics could not be read from its program log (%s: %s)",
@@ -671,6 +700,17 @@ class CancelTrainingJobOperator(BaseOperator):
         result, job = hook.cancel_and_confirm(self.job_id, request, timeout=policy.confirm_timeout)
         log_cancel(self.log, result, job)
         return result.model_dump(mode="json")
+
+
+def _templated(value: Any) -> bool:
+    """Whether ``value`` (a spec) holds Jinja anywhere: it can only be validated once rendered."""
+    if isinstance(value, str):
+        return "{{" in value or "{%" in value
+    if isinstance(value, dict):
+        return any(_templated(k) or _templated(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return any(_templated(v) for v in value)
+    return False
 
 
 class _Timeout(BaseModel):

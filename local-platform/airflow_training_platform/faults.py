@@ -140,6 +140,11 @@ class FaultInjector:
             response = await call_next(request)
             async for _chunk in response.body_iterator:  # let the real response finish, then drop it
                 pass
+        else:
+            # read the request's body first: answered before it was read (a PUT sent with "Expect:
+            # 100-continue", as botocore sends PutObject), the connection would take the client's
+            # retry on it for that body, and answer it a bare 400
+            await request.body()
         headers = {"Retry-After": str(int(rule.retry_after))} if rule.retry_after is not None else None
         return render(request, ApiError(rule.status, rule.code, rule.message, {"injected": True}, headers))
 

@@ -157,6 +157,12 @@ class ObjectStore:
             self.verify(request, bucket, key, key_pair)
             path = self.object_path(data_dir, bucket, key)
             body = await request.body()
+            md5 = request.headers.get("content-md5")
+            if md5 is not None and md5 != base64.b64encode(hashlib.md5(body).digest()).decode():
+                # signed, so it is what the signer meant to send: another body is refused (OSS and OBS)
+                raise ApiError(
+                    400, "InvalidDigest", "The Content-MD5 you specified did not match what we received."
+                )
             os.makedirs(os.path.dirname(path), exist_ok=True)
             staged = f"{path}.{uuid.uuid4().hex}.uploading"  # written whole, then moved in: never half read
             with open(staged, "wb") as out:
