@@ -385,6 +385,14 @@ class PaiDialect(Dialect):
             spec.image, "image", self.name, display, "an image to run the job in (AlgorithmSpec.Image)"
         )
         if spec.entry_point is not None:
+            for name, value in spec.hyperparameters.items():
+                if any(c.isspace() or c in "'\"" for c in stringify(value)):  # $PAI_USER_ARGS splits on them
+                    raise refuse(
+                        f"hyperparameters.{name}",
+                        display,
+                        "its script gets them through $PAI_USER_ARGS, split on spaces with quotes kept: "
+                        "a value with spaces or quotes would reach it in pieces",
+                    )
             command = ["sh", "-c", f"python {shlex.quote(spec.entry_point)} $PAI_USER_ARGS"]
         else:
             command = list(spec.command or [])

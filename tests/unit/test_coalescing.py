@@ -88,7 +88,9 @@ def test_one_batch_read_per_round_answers_every_member():
 
     reads, rounds = asyncio.run(scenario())
     assert rounds >= 3  # the rounds run at their cadence, whoever asks
-    assert len(reads) == 3 * rounds  # 250 jobs: three Search calls (100 names each at most) a round
+    # 250 jobs: three Search calls (100 names each at most) a round; the cancel may land in a round
+    # whose calls were made before it was counted
+    assert 3 * rounds <= len(reads) <= 3 * (rounds + 1)
     assert sorted(len(names) for names in reads[:3]) == [50, 100, 100]
 
 

@@ -450,6 +450,15 @@ def test_a_modelarts_command_runs_where_the_source_dir_is_downloaded():
     assert algorithm["command"] == "python x.py" and algorithm["engine"] == {"image_url": "reg/img:1"}
 
 
+def test_pai_refuses_a_hyperparameter_its_user_args_would_split():
+    error = refused("pai", spec(hyperparameters={"note": "hello world"}))
+    assert error.field == "hyperparameters.note" and "PAI_USER_ARGS" in str(error)
+    assert (
+        compile_for("sagemaker", spec(hyperparameters={"note": "hello world"}))["HyperParameters"]["note"]
+        == '"hello world"'
+    )
+
+
 def test_pai_takes_an_input_channel_named_like_an_output():
     body = compile_for("pai", spec(inputs={"model": "pretrained/", "train": "data/"}))
     assert body["InputChannels"][0] == {"Name": "model", "InputUri": "oss://b/ml/pretrained/"}
