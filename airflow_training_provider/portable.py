@@ -33,6 +33,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Iterable, Mapping
+from datetime import timedelta
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -133,7 +134,7 @@ class PortableTrainingSpec(_Strict):
     :ivar environment: variable name → value or secret reference
         (``{"secret": {"conn_id": "hub"}}``, resolved on the worker right before submit).
     :ivar resources: the machines (:class:`Resources`).
-    :ivar max_runtime: seconds of training after which the platform stops the job (SageMaker,
+    :ivar max_runtime: seconds (or a ``timedelta``) of training after which the platform stops the job (SageMaker,
         PAI: any; ModelArts: whole hours). SageMaker's default when unset: 86,400 (one day).
     :ivar metric_definitions: metric name → regex with one group, read from the program's output
         (SageMaker and PAI ``MetricDefinitions``).
@@ -159,6 +160,11 @@ class PortableTrainingSpec(_Strict):
     metric_definitions: dict[str, str] = Field(default_factory=dict)
     tags: dict[str, str] = Field(default_factory=dict)
     options: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @field_validator("max_runtime", mode="before")
+    @classmethod
+    def _seconds(cls, value: Any) -> Any:
+        return int(value.total_seconds()) if isinstance(value, timedelta) else value
 
     @field_validator("tags")
     @classmethod

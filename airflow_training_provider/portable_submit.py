@@ -16,6 +16,7 @@ from airflow_training_provider.models import TrainingJob
 from airflow_training_provider.portable import (
     Placement,
     PortableFineTuneSpec,
+    PortableSpecError,
     check_storage_root,
     metrics_from_lines,
     parse_portable,
@@ -63,6 +64,12 @@ def compile_for(connection: PlatformConnection, portable: Any, base_dir: Path) -
     files = digest = None
     if spec.source_dir is not None and scheme:
         files = source_files(base_dir / spec.source_dir)
+        if spec.entry_point is not None and spec.entry_point not in files:
+            shown = ", ".join(list(files)[:10]) + (", …" if len(files) > 10 else "")
+            raise PortableSpecError(
+                "entry_point",
+                f"'{spec.entry_point}' is not in source_dir '{base_dir / spec.source_dir}' ({shown})",
+            )
         digest = source_digest(files)
     root = check_storage_root(connection.storage_root, scheme, connection.conn_id) if scheme else None
     place = Placement(scheme, display, root, digest)

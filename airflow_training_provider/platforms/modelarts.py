@@ -431,7 +431,8 @@ class ModelArtsDialect(Dialect):
             raise refuse(
                 "max_runtime",
                 display,
-                f"it stops jobs after whole hours (spec.auto_stop); {spec.max_runtime} s is not",
+                f"it stops jobs after whole hours (spec.auto_stop): {spec.max_runtime} s is not one; "
+                f"give {spec.max_runtime // 3600 * 3600 or 3600} or {(spec.max_runtime // 3600 + 1) * 3600}",
             )
         if spec.resources.volume_size_gb is not None:
             raise refuse("resources.volume_size_gb", display, "the flavor (flavor_id) sets the disk")

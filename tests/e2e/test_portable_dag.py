@@ -165,7 +165,11 @@ def portable_cancel_run(user_code_dag_runs, portable_cancel_platform):
     return {
         "out": out,
         "recorded": json.loads(read.stdout.strip().splitlines()[-1]),
-        "jobs": {job["platform"]: control.job(job["job_id"]) for job in control.jobs()},
+        # a stop may still be under way when the run ends (each task's confirm window ends with it)
+        "jobs": {
+            job["platform"]: control.wait_job(job["job_id"], {"cancelled"}, timeout=60)
+            for job in control.jobs()
+        },
         "data_dir": Path(portable_cancel_platform.data_dir),
     }
 

@@ -333,6 +333,34 @@ def test_a_bad_spec_is_refused_naming_the_field(changes, field, says):
     assert str(info.value).startswith("Invalid portable spec: field ")
 
 
+def test_max_runtime_takes_a_timedelta():
+    from datetime import timedelta
+
+    assert parse_portable(spec(max_runtime=timedelta(hours=2))).max_runtime == 7200
+
+
+def test_modelarts_names_the_whole_hours_around_a_max_runtime():
+    assert "give 3600 or 7200" in str(refused("modelarts", spec(max_runtime=5400)))
+
+
+def test_an_entry_point_not_in_source_dir_is_refused_before_anything_is_uploaded(tmp_path):
+    from airflow_training_provider.portable_submit import compile_for as compile_for_connection
+
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "fit.py").write_text("print('hi')\n")
+
+    class Connection:  # what compile_for reads of a resolved connection
+        dialect, conn_id, storage_root = PaiDialect(), "pai_prod", "oss://b/ml/"
+
+        class platform:
+            display_name = "PAI"
+
+    with pytest.raises(PortableSpecError) as info:
+        compile_for_connection(Connection(), spec(source_dir="code"), tmp_path)
+    assert info.value.field == "entry_point" and "'train.py' is not in source_dir" in str(info.value)
+    assert "fit.py" in str(info.value)
+
+
 def test_templated_numbers_are_read_as_numbers():
     parsed = parse_portable(
         spec(max_runtime="3600", resources={"instance_type": "ml.m5.large", "instance_count": "2"})
