@@ -50,6 +50,16 @@ PerPlatform = str | dict[str, str]
 """One value for every platform, or one per platform (``{"sagemaker": …, "pai": …}``)."""
 
 
+def known_platforms(value: dict[str, Any], platforms: tuple[str, ...]) -> dict[str, Any]:
+    """``value`` (a per-platform mapping) when each key names one of ``platforms``.
+
+    :raises ValueError: naming the first unknown key and the platforms known."""
+    for key in value:
+        if key not in platforms:
+            raise ValueError(f"unknown platform {key!r}: one of {', '.join(platforms)}")
+    return value
+
+
 class PortableSpecError(InvalidJobSpecError):
     """A portable spec's field is wrong, or the platform cannot serve it; nothing was submitted.
 
@@ -179,10 +189,7 @@ class PortableTrainingSpec(_Strict):
     @field_validator("options")
     @classmethod
     def _known_platforms(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-        for key in value:
-            if key not in TRAINING_PLATFORMS:
-                raise ValueError(f"unknown platform {key!r}: one of {', '.join(TRAINING_PLATFORMS)}")
-        return value
+        return known_platforms(value, TRAINING_PLATFORMS)
 
     @field_validator("metric_definitions")
     @classmethod
@@ -240,10 +247,7 @@ class PortableFineTuneSpec(_Strict):
     @field_validator("options")
     @classmethod
     def _known_platforms(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-        for key in value:
-            if key not in FINE_TUNE_PLATFORMS:
-                raise ValueError(f"unknown platform {key!r}: one of {', '.join(FINE_TUNE_PLATFORMS)}")
-        return value
+        return known_platforms(value, FINE_TUNE_PLATFORMS)
 
 
 PortableSpec = PortableTrainingSpec | PortableFineTuneSpec

@@ -31,6 +31,14 @@ ROLE = "arn:aws:iam::123456789012:role/Train"
 ENGINE = {"engine_name": "PyTorch", "engine_version": "pytorch_2.1.0-cuda_12.1-py_3.10"}
 
 
+def changed(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``changes`` (a ``None`` drops the field)."""
+    return {
+        **{k: v for k, v in base.items() if k not in changes},
+        **{k: v for k, v in changes.items() if v is not None},
+    }
+
+
 def spec(**changes: Any) -> dict[str, Any]:
     """A script-mode spec every platform serves; ``changes`` replace its fields (``None`` drops one)."""
     base: dict[str, Any] = {
@@ -59,12 +67,7 @@ def spec(**changes: Any) -> dict[str, Any]:
         "tags": {"team": "ml"},
         "options": {"sagemaker": {"RoleArn": ROLE}, "modelarts": {"algorithm": {"engine": ENGINE}}},
     }
-    for key, value in changes.items():
-        if value is None:
-            base.pop(key, None)
-        else:
-            base[key] = value
-    return base
+    return changed(base, changes)
 
 
 def compile_for(platform: str, given: dict[str, Any], root: str | None = "default") -> dict[str, Any]:
@@ -570,12 +573,7 @@ def fine_tune(**changes: Any) -> dict[str, Any]:
         "batch_size": 16,
         "suffix": "support-bot",
     }
-    for key, value in changes.items():
-        if value is None:
-            base.pop(key, None)
-        else:
-            base[key] = value
-    return base
+    return changed(base, changes)
 
 
 def test_together_fine_tune_body():
