@@ -20,14 +20,16 @@ import hashlib
 import io
 import logging
 import tarfile
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+
 from airflow_training_provider.errors import InvalidJobSpecError, TrainingPlatformError
 from airflow_training_provider.hooks.connection import PlatformConnection
+from airflow_training_provider.platforms.base import TRANSIENT_STATUSES
 from airflow_training_provider.platforms.credentials import SigningKeys
 from airflow_training_provider.portable import bucket_key, check_storage_root
 from airflow_training_provider.spec_secrets import mask
@@ -42,7 +44,6 @@ SOURCE_ARCHIVE = "sourcedir.tar.gz"
 #: attempts of one object's upload when the store fails transiently (no answer, 429, 5xx), and the
 #: first wait between them (seconds, doubled each time)
 UPLOAD_ATTEMPTS, UPLOAD_BACKOFF = 3, 1.0
-_TRANSIENT = frozenset({408, 429, 500, 502, 503, 504})
 #: a ``source_dir`` larger than this is refused (bytes): code, not data, belongs there
 MAX_SOURCE_BYTES = 50 * 1024 * 1024
 
@@ -132,29 +133,41 @@ class PlatformStorage:
         :raises TrainingPlatformError: the store refused it (its message names the bucket and key)."""
         uri = self.uri(key)
         bucket, object_key = bucket_key(uri)
-        for attempt in range(1, UPLOAD_ATTEMPTS + 1):
+
+        def write() -> None:
             try:
                 _WRITERS[self.scheme](self.connection, bucket, object_key, data)
-                return uri
-            except TrainingPlatformError as exc:
-                error = exc
+            except TrainingPlatformError:
+                raise
             except Exception as exc:  # noqa: BLE001 - the cloud SDK's own (botocore, oss2, OBS: a socket error)
                 status, code = _sdk_error(exc)
-                error = TrainingPlatformError(
+                raise TrainingPlatformError(
                     f"the upload of {uri} (connection {self.connection.conn_id!r}) failed: "
                     f"{type(exc).__name__}: {getattr(exc, 'message', None) or exc}",
                     status=status,
                     code=code,
+                ) from exc
+
+        # the same bytes to the same key: a transient failure (no answer, 429, 5xx) is tried again
+        Retrying(
+            stop=stop_after_attempt(UPLOAD_ATTEMPTS),
+            wait=wait_exponential(multiplier=UPLOAD_BACKOFF, max=2 * UPLOAD_BACKOFF),
+            retry=retry_if_exception(
+                lambda e: (
+                    isinstance(e, TrainingPlatformError)
+                    and (e.status is None or e.status in TRANSIENT_STATUSES)
                 )
-                error.__cause__ = exc
-            # the same bytes to the same key: a transient failure (no answer, 429, 5xx) is tried again
-            if attempt == UPLOAD_ATTEMPTS or not (error.status is None or error.status in _TRANSIENT):
-                raise error
-            log.warning(
-                "Upload of %s failed (%s); trying again (%d of %d)", uri, error, attempt + 1, UPLOAD_ATTEMPTS
-            )
-            time.sleep(UPLOAD_BACKOFF * 2 ** (attempt - 1))
-        raise AssertionError("unreachable")
+            ),
+            before_sleep=lambda state: log.warning(
+                "Upload of %s failed (%s); trying again (%d of %d)",
+                uri,
+                state.outcome.exception() if state.outcome else None,
+                state.attempt_number + 1,
+                UPLOAD_ATTEMPTS,
+            ),
+            reraise=True,
+        )(write)
+        return uri
 
     def upload_source(self, files: Mapping[str, Path], code_uri: str, packed: bool) -> list[str]:
         """Upload ``source_dir``'s ``files`` under ``code_uri`` (a directory URI in this storage):
