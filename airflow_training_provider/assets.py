@@ -13,6 +13,7 @@ from __future__ import annotations
 import urllib.parse
 from typing import Any
 
+from airflow_training_provider.json_values import json_value
 from airflow_training_provider.models import Checkpoint, TrainingJob
 from airflow_training_provider.platforms import dialect_class
 
@@ -45,18 +46,21 @@ def model_event_extra(
 ) -> dict[str, Any]:
     """The asset event's extra (JSON): job id, platform, state, checkpoint id, epoch, metrics
     (the checkpoint's where it has them, else the job's latest), cost in USD, and the guard that
-    stopped the job, if one did."""
-    return {
-        "job_id": job.id,
-        "platform": job.platform,
-        "state": job.state.value,
-        "checkpoint_id": checkpoint.id if checkpoint else None,
-        "epoch": checkpoint.epoch if checkpoint and checkpoint.epoch is not None else job.progress.epoch,
-        "metrics": dict(checkpoint.metrics) if checkpoint and checkpoint.metrics else dict(job.metrics),
-        "cost_usd": job.cost.total_usd,
-        "guard": guard,
-        "console_url": job.console_url,
-    }
+    stopped the job, if one did. NaN and Infinity metrics as their names (the extra is JSON:
+    :func:`~airflow_training_provider.json_values.json_value`)."""
+    return json_value(
+        {
+            "job_id": job.id,
+            "platform": job.platform,
+            "state": job.state.value,
+            "checkpoint_id": checkpoint.id if checkpoint else None,
+            "epoch": checkpoint.epoch if checkpoint and checkpoint.epoch is not None else job.progress.epoch,
+            "metrics": dict(checkpoint.metrics) if checkpoint and checkpoint.metrics else dict(job.metrics),
+            "cost_usd": job.cost.total_usd,
+            "guard": guard,
+            "console_url": job.console_url,
+        }
+    )
 
 
 def normalize_uri(parts: urllib.parse.SplitResult) -> urllib.parse.SplitResult:

@@ -42,6 +42,7 @@ from airflow_training_provider.errors import TrainingPlatformError, TransientPla
 from airflow_training_provider.hooks.training import TrainingPlatformHook, WaitInterrupted
 from airflow_training_provider.hooks.transport import RetryPolicy
 from airflow_training_provider.identity import TaskIdentity
+from airflow_training_provider.json_values import dump
 from airflow_training_provider.lifecycle.guards import Guards
 from airflow_training_provider.lifecycle.operations import LogFollow
 from airflow_training_provider.lifecycle.waiting import (
@@ -75,7 +76,8 @@ from airflow_training_provider.program_logs import (
     note_unreferenced_secrets,
     resolve_secrets,
 )
-from airflow_training_provider.progress import JobReport, describe
+from airflow_training_provider.progress import JobReport, describe, diverged_text
+from airflow_training_provider.results import bounded_job, job_result
 from airflow_training_provider.task_instance_lookup import (
     JOB_ID_XCOM_KEY,
     current_job_id,
@@ -178,14 +180,15 @@ def stream_logs_flag(value: Any, owner: str) -> bool:
 
 
 def job_outcome(job: TrainingJob) -> dict[str, Any]:
-    """Map a terminal job to the task's outcome: the job as JSON on success, else raise.
+    """Map a terminal job to the task's outcome: on success the job as the task returns it
+    (:func:`~airflow_training_provider.results.job_result`: bounded, JSON-safe), else raise.
 
     :raises TrainingJobFailed: job failed (with the platform's message: its reason, status and
         the platform's name) or was cancelled outside Airflow (this task's own cancels raise before
         reaching here).
     """
     if job.state is JobState.SUCCEEDED:
-        return job.model_dump(mode="json")
+        return job_result(job)
     if job.state is JobState.FAILED:
         why = job.message or "no reason given"
         raise TrainingJobFailed(f"{platform_job(job)} failed: {why} (platform status {job.raw_status})")
@@ -371,10 +374,14 @@ class TrainingJobTaskMixin(_Host):
         return TrainingPlatformHook(self.conn_id)
 
     # -- publishing --------------------------------------------------------------------------------
-    def publish_job(self, context: Context | None, job: TrainingJob) -> None:
+    def publish_job(self, context: Context | None, job: TrainingJob, returned: bool = False) -> None:
         """Publish ``job`` for people: the job reference (XCom ``training_job``, which the UI's
         "Training job" view reads) and the console link (its extra link's XCom), right after submit
         and again when the task ends, so both work while the task is deferred.
+
+        The reference carries the job bounded (:func:`~airflow_training_provider.results.bounded_job`);
+        ``returned``: the task returns this job (it succeeded), so the reference does not repeat it
+        (``job_in_return_value``: the UI reads XCom ``return_value``).
 
         The same reference is kept as this try's record in the task state store
         (:func:`~airflow_training_provider.links.try_record_key`): the next try clears the XComs,
@@ -388,14 +395,15 @@ class TrainingJobTaskMixin(_Host):
             platform=job.platform,
             job_id=job.id,
             console_url=job.console_url,
-            job=job,
+            job=None if returned else bounded_job(job),
+            job_in_return_value=returned,
             seen_at=datetime.now(UTC),
             try_number=try_number if isinstance(try_number, int) else None,
             secret_references=self.program_secret_references(),
             spec_known=self.knows_spec,
             unreferenced_secrets=self.has_unreferenced_secrets(),
         )
-        value = ref.model_dump(mode="json")
+        value = dump(ref)
         ti.xcom_push(key=JOB_REF_XCOM_KEY, value=value)
         self.job_reference_published = True
         if job.console_url:
@@ -419,9 +427,13 @@ class TrainingJobTaskMixin(_Host):
         """
         self.job_id = outcome.job_id
         if (job := getattr(outcome, "job", None)) is not None:
-            self.publish_job(context, job)
+            returned = (isinstance(outcome, JobFinished) and job.state is JobState.SUCCEEDED) or (
+                isinstance(outcome, GuardStopped) and outcome.stop.succeed
+            )
+            self.publish_job(context, job, returned=returned)
         if isinstance(outcome, JobFinished):
             finished = self.completed_job(outcome.job)
+            self.note_diverged(finished)
             result = job_outcome(finished)
             self.publish_model(context, finished)
             return result
@@ -463,10 +475,21 @@ class TrainingJobTaskMixin(_Host):
         here."""
         return job
 
+    def note_diverged(self, job: TrainingJob) -> None:
+        """Say in the task log which final metrics are NaN or ±Infinity (the run diverged): the
+        task's outcome is still the job's, and its return value keeps them (as ``"NaN"``...)."""
+        if (text := diverged_text(job)) is not None:
+            self.log.warning(
+                "Training job %s; its result keeps them (NaN and Infinity are written as the strings "
+                '"NaN", "Infinity" and "-Infinity": float() reads them back)',
+                text,
+            )
+
     def conclude_guard(self, outcome: GuardStopped, context: Context | None) -> dict[str, Any]:
         """A guard stopped the job: log and publish which (XCom ``guard_stop``, ``cancel_result``),
         then succeed with the job (its ``guard`` entry naming the checkpoint to keep) or fail."""
         stop, job = outcome.stop, outcome.job
+        self.note_diverged(job)
         best = stop.best_checkpoint
         self.log.warning(
             "Training job %s stopped by a guard — %s; state %s, epoch %s, cost $%s, checkpoint to keep: %s",
@@ -479,13 +502,13 @@ class TrainingJobTaskMixin(_Host):
         )
         ti = context.get("ti") if context else None
         if ti is not None:
-            ti.xcom_push(key="guard_stop", value=stop.model_dump(mode="json"))
+            ti.xcom_push(key="guard_stop", value=dump(stop))
             if outcome.cancel is not None:
-                ti.xcom_push(key="cancel_result", value=outcome.cancel.model_dump(mode="json"))
+                ti.xcom_push(key="cancel_result", value=dump(outcome.cancel))
         if not stop.succeed:
             raise TrainingJobStoppedByGuard(f"Training job {job.id} was stopped: {stop.reason}")
         self.publish_model(context, job, best, stop.guard)
-        return {**job.model_dump(mode="json"), "guard": stop.model_dump(mode="json")}
+        return job_result(job, guard=dump(stop))
 
     def publish_model(
         self,
@@ -516,9 +539,10 @@ class TrainingJobTaskMixin(_Host):
         if not job.is_terminal:
             return None
         job = self.hook.final_view(job)
-        self.publish_job(context, job)
+        self.publish_job(context, job, returned=job.state is JobState.SUCCEEDED)
         self.log.info("Training job %s", describe(job))
         job = self.completed_job(job)
+        self.note_diverged(job)
         result = job_outcome(job)
         self.publish_model(context, job)
         return result
@@ -618,7 +642,7 @@ class TrainingJobTaskMixin(_Host):
             result = complete_cancel_result(result, job)
             log_cancel(self.log, result, job)
             if context is not None:
-                context["ti"].xcom_push(key="cancel_result", value=result.model_dump(mode="json"))
+                context["ti"].xcom_push(key="cancel_result", value=dump(result))
         raise TrainingJobCancelledByAirflow(
             f"Task was killed; {platform_job(platform=self.hook.dialect.name, job_id=self.job_id)} was cancelled"
         )
@@ -730,7 +754,7 @@ class TrainingJobTaskMixin(_Host):
         )
         log_cancel(self.log, result, job)
         if context is not None:
-            context["ti"].xcom_push(key="cancel_result", value=result.model_dump(mode="json"))
+            context["ti"].xcom_push(key="cancel_result", value=dump(result))
         return result
 
     def on_kill(self) -> None:

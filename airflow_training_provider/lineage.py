@@ -11,6 +11,7 @@ from __future__ import annotations
 import urllib.parse
 from typing import Any
 
+from airflow_training_provider.json_values import json_value
 from airflow_training_provider.models import TrainingJob
 
 #: the run facet's schema id (a custom facet of this provider)
@@ -33,7 +34,7 @@ def training_run_facet(job: TrainingJob, guard: str | None = None) -> dict[str, 
         "jobId": job.id,
         "platform": job.platform,
         "state": job.state.value,
-        "metrics": dict(job.metrics),
+        "metrics": json_value(job.metrics),  # NaN/Infinity as their names: facets are JSON
         "costUsd": job.cost.total_usd,
         "epoch": job.progress.epoch,
         "guard": guard,

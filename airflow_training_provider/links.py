@@ -41,7 +41,11 @@ class JobReference(BaseModel):
     :ivar platform: the dialect name (``tensorone``, ``together``, ``sagemaker``...).
     :ivar job_id: the platform's job id.
     :ivar console_url: a link a person can open for this job (``None`` if the platform has none).
-    :ivar job: the job as the task last saw it: at submit, then the final job when the task ended.
+    :ivar job: the job as the task last saw it (bounded: ``results.bounded_job``): at submit, then
+        the final job when the task ended — ``None`` when the task returned it (``job_in_return_value``).
+    :ivar job_in_return_value: the task succeeded and returned the job (XCom ``return_value``): the
+        reference does not repeat it; the UI reads it there (or, once a later try cleared it, from
+        the platform).
     :ivar seen_at: when ``job`` was seen (UTC).
     :ivar try_number: the try that published this reference (a try that re-attached to an earlier
         try's job publishes that job under its own number).
@@ -61,6 +65,7 @@ class JobReference(BaseModel):
     job_id: str
     console_url: str | None = None
     job: TrainingJob | None = None
+    job_in_return_value: bool = False
     seen_at: datetime | None = None
     try_number: int | None = None
     secret_references: list[dict[str, str]] = Field(default_factory=list)

@@ -11,7 +11,9 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from airflow_training_provider.json_values import EventMessage, Message, is_finite
 
 METRIC_HISTORY_POINTS = 100
 """Training rows asked for when a job's metric history is read (the platform samples them evenly);
@@ -84,6 +86,13 @@ class Cost(_Model):
     breakdown_usd: dict[str, float] = Field(default_factory=dict)
     billable_seconds: float | None = None
 
+    @field_validator("total_usd", "estimated_total_usd", "billable_seconds")
+    @classmethod
+    def _finite_or_unknown(cls, value: float | None) -> float | None:
+        # NaN or Infinity is no amount of money: the platform's report is unreadable, so the cost is
+        # unknown this poll (the max_cost_usd guard waits for the next finite one)
+        return value if value is None or is_finite(value) else None
+
 
 class MetricPoint(_Model):
     """One row of a job's metric history: the metrics a platform recorded at one global step.
@@ -112,7 +121,7 @@ class JobEvent(_Model):
     """
 
     type: str
-    message: str = ""
+    message: EventMessage = ""
     level: str = "info"
     created_at: datetime | None = None
 
@@ -158,6 +167,10 @@ class TrainingJob(_Model):
         (a poll may leave it out: the guards read the full job once to learn it).
     :ivar updated_at: the platform's last change of the job, timezone-aware UTC. Optional,
         informational.
+    :ivar omitted: how many of the job's ``checkpoints``, ``metric_history`` and ``events`` this
+        copy leaves out, by field (``{}``: none): a finished job as the task returns it and stores it
+        is bounded (:func:`~airflow_training_provider.results.bounded_job`); the platform keeps them
+        all (the Training job tab and ``TrainingPlatformHook.snapshot`` read them whole).
     :ivar final_checkpoint_written: for a stopped job, whether its program wrote a checkpoint after
         the stop signal (those files are its ``final`` checkpoints); ``None`` where the platform
         does not say (no real SageMaker, PAI or ModelArts answer does; the local platform does for a
@@ -169,7 +182,7 @@ class TrainingJob(_Model):
     state: JobState
     raw_status: str
     name: str | None = None
-    message: str | None = None
+    message: Message | None = None
     progress: Progress = Field(default_factory=Progress)
     metrics: dict[str, float] = Field(default_factory=dict)
     checkpoints: list[Checkpoint] = Field(default_factory=list)
@@ -183,6 +196,7 @@ class TrainingJob(_Model):
     started_at: datetime | None = None
     updated_at: datetime | None = None
     final_checkpoint_written: bool | None = None
+    omitted: dict[str, int] = Field(default_factory=dict)
 
     @property
     def is_terminal(self) -> bool:
@@ -197,6 +211,19 @@ class TrainingJob(_Model):
         """The checkpoint written on cancel or completion (``kind == "final"``), else the latest."""
         finals = [c for c in self.checkpoints if c.kind == "final"]
         return finals[-1] if finals else self.latest_checkpoint
+
+
+def best_checkpoint(checkpoints: list[Checkpoint]) -> Checkpoint | None:
+    """The platform's ``best`` checkpoint, else the one with the lowest finite ``validation_loss``
+    (else ``loss``); a NaN or infinite loss (a diverged epoch) is never the best."""
+    marked = [c for c in checkpoints if c.kind == "best"]
+    if marked:
+        return marked[-1]
+    for metric in ("validation_loss", "loss"):
+        scored = [c for c in checkpoints if is_finite(c.metrics.get(metric))]
+        if scored:
+            return min(scored, key=lambda c: c.metrics[metric])
+    return None
 
 
 class CancelRequest(_Model):

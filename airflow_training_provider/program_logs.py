@@ -22,6 +22,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
+from airflow_training_provider.json_values import safe_text
 from airflow_training_provider.task_log import TaskLog
 
 #: what marks a program's line in the task log
@@ -96,8 +97,9 @@ class SecretLines:
 
 def shown(line: str) -> str:
     """``line`` cut to :data:`MAX_LINE_CHARS` (``… [1234 more characters]``), control characters
-    other than tabs replaced, so one line of the program stays one line of the task log."""
-    line = "".join(c if c >= " " or c == "\t" else "�" for c in line)
+    other than tabs replaced, so one line of the program stays one line of the task log; lone
+    surrogates (bytes that were not UTF-8, escaped in a JSON answer) replaced (``json_values.safe_text``)."""
+    line = "".join(c if c >= " " or c == "\t" else "�" for c in safe_text(line))
     if len(line) > MAX_LINE_CHARS:
         return f"{line[:MAX_LINE_CHARS]}… [{len(line) - MAX_LINE_CHARS} more characters]"
     return line

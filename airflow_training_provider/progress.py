@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Awaitable
 
 from airflow_training_provider.events import write_events
+from airflow_training_provider.json_values import json_value, non_finite_metrics
 from airflow_training_provider.lifecycle.operations import NewEvents, NewLogLines, Progress, Step
 from airflow_training_provider.models import TrainingJob
 from airflow_training_provider.program_logs import SecretLines, write_lines
@@ -35,6 +36,16 @@ def describe(job: TrainingJob) -> str:
     return parts[0] + (": " + ", ".join(details) if details else "")
 
 
+def diverged_text(job: TrainingJob) -> str | None:
+    """``metric loss is NaN, validation_loss is Infinity: the run diverged (job_x)`` when a metric
+    of ``job`` (its latest metrics) is NaN or ±Infinity; ``None`` when all are finite."""
+    found = non_finite_metrics(job.metrics)
+    if not found:
+        return None
+    names = ", ".join(f"{name} is {value}" for name, value in sorted(found.items()))
+    return f"metric {names}: the run diverged (training job {job.id})"
+
+
 class JobReport:
     """Turns a wait's reports into task-log lines: :func:`describe` of each polled job when its
     state, epoch, step or metrics changed, each new platform event once, and each new line of the
@@ -47,6 +58,7 @@ class JobReport:
         self._log = log
         self._last: tuple | None = None
         self._last_metrics: dict[str, float] | None = None
+        self._diverged: frozenset[str] = frozenset()  # the non-finite metrics already warned of
         self.cursor = cursor
         self.secrets = secrets or SecretLines()
 
@@ -64,8 +76,13 @@ class JobReport:
     def progress(self, job: TrainingJob) -> bool:
         """Log ``job`` if it moved since the last call; return whether it logged."""
         signature = (job.state, job.raw_status, job.progress.epoch, job.progress.step)
-        if signature == self._last and job.metrics == self._last_metrics:  # every poll: no sorting
+        metrics = json_value(job.metrics)  # NaN as "NaN": equal to itself, so an unchanged NaN is no change
+        if signature == self._last and metrics == self._last_metrics:  # every poll: no sorting
             return False
-        self._last, self._last_metrics = signature, job.metrics
+        self._last, self._last_metrics = signature, metrics
         self._log.info("Training job %s", describe(job))
+        diverged = frozenset(non_finite_metrics(job.metrics))
+        if diverged - self._diverged and (text := diverged_text(job)):
+            self._log.warning("Training job %s", text)
+        self._diverged = diverged
         return True

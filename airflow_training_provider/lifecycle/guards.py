@@ -6,8 +6,11 @@ after a triggerer restart:
 
 * **early stopping** reads the job's per-epoch metric history (the platform's metrics endpoint or
   the metrics saved with each checkpoint), re-read from the platform whenever the job reports a
-  new epoch: no state of its own to lose;
-* **budget** reads the job's cost (USD) at each poll and the rate two polls imply, and stops the
+  new epoch: no state of its own to lose. A NaN or infinite value (a diverged epoch) never
+  improves and is never the best, so a run that diverged stops after ``patience`` such epochs (the
+  best finite epoch's checkpoint is kept), also one that was never finite;
+* **budget** reads the job's cost (USD) at each poll (a NaN or infinite cost is no amount: the
+  cost is unknown at that poll, ``models.Cost``, and the budget waits for the next finite one) and the rate two polls imply, and stops the
   job when, by the next poll and the stop after it, it would be over ``max_cost_usd``; where the platform reports no cost,
   the cost is the job's training time at the ``hourly_cost_usd`` the user gives;
 * **run time** reads when the job started training (the platform's own timestamp where it gives
@@ -26,6 +29,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from airflow_training_provider.cancellation import Seconds
+from airflow_training_provider.json_values import is_finite, non_finite_name
 from airflow_training_provider.models import Checkpoint, MetricPoint, TrainingJob
 from airflow_training_provider.platforms.base import Capabilities
 
@@ -151,25 +155,28 @@ def early_stop(rule: EarlyStopping, history: list[MetricPoint]) -> GuardStop | N
     best: tuple[float, float] | None = None
     since = 0
     for epoch, value in values:
-        if best is None or _improves(value, best[1], rule):
+        # a NaN or infinite value (a diverged epoch) is never an improvement, nor the best
+        if is_finite(value) and (best is None or _improves(value, best[1], rule)):
             best, since = (epoch, value), 0
         else:
             since += 1
-    if best is None or since < rule.patience:
+    if since < rule.patience or not values:
         return None
     epoch, value = values[-1]
+    now = f"now {value:.4f}" if is_finite(value) else f"now {non_finite_name(value)}: the run diverged"
     return GuardStop(
         guard="early_stopping",
         succeed=True,
         reason=(
             f"early stopping: {rule.metric} has not improved for {since} epochs "
-            f"(best {best[1]:.4f} at epoch {best[0]:g}, now {value:.4f} at epoch {epoch:g})"
+            + (f"(best {best[1]:.4f} at epoch {best[0]:g}, " if best else "(never finite, ")
+            + f"{now} at epoch {epoch:g})"
         ),
         epoch=epoch,
         metric=rule.metric,
         metric_value=value,
-        best_epoch=best[0],
-        best_value=best[1],
+        best_epoch=best[0] if best else None,
+        best_value=best[1] if best else None,
     )
 
 

@@ -130,6 +130,20 @@ WaitOutcome = Annotated[
 _OUTCOME = TypeAdapter(WaitOutcome)
 
 
+def outcome_payload(outcome: JobFinished | DeadlineReached | LostContact | PollFailed | GuardStopped) -> dict:
+    """``outcome`` as a trigger event's payload, which Airflow writes into the task instance's
+    ``next_kwargs`` (JSONB on PostgreSQL): its job bounded (:func:`~airflow_training_provider.results.bounded_job`)
+    and NaN/Infinity as their names (:func:`~airflow_training_provider.json_values.dump`);
+    :func:`parse_outcome` reads it back."""
+    from airflow_training_provider.json_values import dump
+    from airflow_training_provider.results import bounded_job
+
+    job = getattr(outcome, "job", None)
+    if job is not None:
+        outcome = outcome.model_copy(update={"job": bounded_job(job)})
+    return dump(outcome)
+
+
 def parse_outcome(payload: dict) -> JobFinished | DeadlineReached | LostContact | PollFailed | GuardStopped:
     """A trigger event payload back as its outcome. :raises pydantic.ValidationError: not an outcome."""
     return _OUTCOME.validate_python(payload)

@@ -47,6 +47,7 @@ from airflow_training_provider.job_task import (
     platform_job,
     stream_logs_flag,
 )
+from airflow_training_provider.json_values import dump
 from airflow_training_provider.lifecycle.guards import Guards, for_platform, unsupported
 from airflow_training_provider.lifecycle.operations import is_stopping_or_terminal, is_terminal
 from airflow_training_provider.links import TrainingJobConsoleLink
@@ -63,6 +64,7 @@ from airflow_training_provider.portable_submit import (
     with_log_metrics,
 )
 from airflow_training_provider.program_logs import secret_references
+from airflow_training_provider.results import job_result
 from airflow_training_provider.spec_secrets import (
     SecretNotFoundError,
     find_references,
@@ -383,7 +385,7 @@ class SubmitTrainingJobOperator(TrainingJobTaskMixin, BaseOperator):
             self._stop_if_killed(job)  # killed during the create: owning() cancels the job per policy
             self.remember(context, identity, job)
             if not self.wait_for_completion:
-                return job.model_dump(mode="json")
+                return job_result(job)
             job = hook.get_job(job.id, budget=self.polling.outage_budget)
             ended = self.finish_if_ended(job, context)
             if ended is not None:
@@ -699,7 +701,7 @@ class CancelTrainingJobOperator(BaseOperator):
         request = policy.request(self.reason, force=self.force)
         result, job = hook.cancel_and_confirm(self.job_id, request, timeout=policy.confirm_timeout)
         log_cancel(self.log, result, job)
-        return result.model_dump(mode="json")
+        return dump(result)
 
 
 def _templated(value: Any) -> bool:

@@ -46,10 +46,30 @@ class InMemoryTaskInstance:
     xcoms: dict[str, Any] = field(default_factory=dict)
 
     def xcom_push(self, key: str, value: Any) -> None:
-        self.xcoms[key] = json.loads(json.dumps(value))  # XCom values must be JSON
+        self.xcoms[key] = as_stored(value)
 
     def xcom_pull(self, task_ids: str | None = None, key: str = "return_value", **_: Any) -> Any:
         return self.xcoms.get(key)
+
+
+def as_stored(value: Any) -> Any:
+    """``value`` as Airflow's metadata database keeps it (XCom, the task state store, a trigger
+    event in ``next_kwargs``: JSON, JSONB on PostgreSQL), read back.
+
+    :raises ValueError: a value PostgreSQL refuses: NaN or ±Infinity (``invalid input syntax for
+        type json``), a NUL character (JSONB: ``unsupported Unicode escape sequence``)."""
+    stored = json.loads(json.dumps(value, allow_nan=False))
+    if "\\u0000" in json.dumps(stored) and _has_nul(stored):
+        raise ValueError("a NUL character (\\u0000): PostgreSQL's JSONB refuses it")
+    return stored
+
+
+def _has_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    return isinstance(value, list) and any(_has_nul(v) for v in value)
 
 
 @dataclass
@@ -62,7 +82,7 @@ class InMemoryTaskStateStore:
         return self.values.get(key, default)
 
     def set(self, key: str, value: Any) -> None:
-        self.values[key] = json.loads(json.dumps(value))
+        self.values[key] = as_stored(value)
 
     def delete(self, key: str) -> None:
         self.values.pop(key, None)
@@ -125,7 +145,9 @@ def run_task(operator: Any, context: dict[str, Any], max_deferrals: int = 10) ->
     call = lambda: operator.execute(context, **sentinel)  # noqa: E731
     for _ in range(max_deferrals + 1):
         try:
-            return call()
+            result = call()
+            as_stored(result)  # Airflow writes it as XCom return_value
+            return result
         except TaskDeferred as deferred:
             classpath, kwargs = deferred.trigger.serialize()
             kwargs = json.loads(json.dumps(kwargs))
@@ -134,7 +156,7 @@ def run_task(operator: Any, context: dict[str, Any], max_deferrals: int = 10) ->
             trigger = import_string(classpath)(**kwargs)
             event = asyncio.run(first_event(trigger))
             # as the task runner resumes a task: resume_execution(next_method, {"event": payload, ...})
-            kwargs = {**(deferred.kwargs or {}), "event": event.payload}
+            kwargs = {**(deferred.kwargs or {}), "event": as_stored(event.payload)}  # next_kwargs
             call = lambda method=deferred.method_name, kwargs=kwargs: operator.resume_execution(  # noqa: E731
                 method, kwargs, context
             )

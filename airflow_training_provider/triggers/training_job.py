@@ -33,6 +33,7 @@ from airflow_training_provider.lifecycle.waiting import (
     DeadlineKind,
     DeadlineReached,
     Polling,
+    outcome_payload,
     poll_phase_delay,
     wait_for_job,
 )
@@ -294,7 +295,7 @@ class TrainingJobTrigger(BaseTrigger):
         )
         if settle > 0:
             await asyncio.sleep(settle)
-        yield TriggerEvent(outcome.model_dump(mode="json"))
+        yield TriggerEvent(outcome_payload(outcome))
 
     def _plan(self, client: AsyncTrainingPlatformClient, coalesce: bool, events: bool, logs: bool) -> None:
         """Join the connection's shared poller (``coalesce``) and register the reads per second

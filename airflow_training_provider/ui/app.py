@@ -24,9 +24,10 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Query
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
+from airflow_training_provider.json_values import dump
 from airflow_training_provider.links import JobReference
 from airflow_training_provider.models import TrainingJob
 from airflow_training_provider.ui.tries import read_task_instance
@@ -223,8 +224,9 @@ def create_app() -> FastAPI:
         task_id: str,
         map_index: Annotated[int, Depends(map_index_param)],
         try_number: Annotated[int | None, Depends(try_number_param)] = None,
-    ) -> TrainingJobView:
-        return training_job_view(dag_id, run_id, task_id, map_index, try_number)
+    ) -> JSONResponse:
+        # NaN/Infinity (a diverged run's metrics) as their names: strict JSON has no such numbers
+        return JSONResponse(dump(training_job_view(dag_id, run_id, task_id, map_index, try_number)))
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     return app

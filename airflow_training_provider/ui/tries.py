@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from airflow.sdk import BaseOperatorLink
@@ -31,6 +31,7 @@ from airflow_training_provider.links import (
     TrainingJobConsoleLink,
     try_record_key,
 )
+from airflow_training_provider.models import TrainingJob
 from airflow_training_provider.operators.training_job import SubmitTrainingJobOperator
 from airflow_training_provider.sensors.training_job import TrainingJobSensor
 
@@ -151,12 +152,39 @@ def read_task_instance(dag_id: str, run_id: str, task_id: str, map_index: int) -
             )
         ).first()
         xcom_ref = _as_ref(XComModel.deserialize_value(row)) if row is not None else None
+        tries = merge_tries(states, records, xcom_ref, current)
+        if (
+            (facts := tries.get(current)) is not None
+            and facts.ref is not None
+            and facts.ref.job_in_return_value
+        ):
+            returned = session.scalars(
+                XComModel.get_many(
+                    run_id=run_id,
+                    key="return_value",
+                    dag_ids=dag_id,
+                    task_ids=task_id,
+                    map_indexes=map_index,
+                    limit=1,
+                )
+            ).first()
+            job = _as_job(XComModel.deserialize_value(returned)) if returned is not None else None
+            tries[current] = replace(facts, ref=facts.ref.model_copy(update={"job": job}))
     return TaskInstanceFacts(
         state=_state(ti.state),
         try_number=current or None,
         is_training=is_training,
-        tries=merge_tries(states, records, xcom_ref, current),
+        tries=tries,
     )
+
+
+def _as_job(value: Any) -> TrainingJob | None:
+    """The job a try returned (XCom ``return_value``), ``None`` for anything else: the UI then asks
+    the platform, as for an earlier try whose return value a later try cleared."""
+    try:
+        return TrainingJob.model_validate(value) if isinstance(value, dict) else None
+    except ValueError:
+        return None
 
 
 def merge_tries(

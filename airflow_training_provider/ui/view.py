@@ -13,8 +13,9 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from airflow_training_provider.json_values import is_finite
 from airflow_training_provider.links import JobReference
-from airflow_training_provider.models import Checkpoint, MetricPoint, TrainingJob
+from airflow_training_provider.models import MetricPoint, TrainingJob, best_checkpoint
 
 #: Task instance states in which the job may still change: the page refreshes and the platform is asked.
 LIVE_TI_STATES = frozenset({"scheduled", "queued", "running", "deferred", "up_for_retry", "restarting"})
@@ -132,7 +133,8 @@ def curves(history: list[MetricPoint]) -> dict[str, list[Curve]]:
     """The charts' series from a job's metric history, with the epoch as x.
 
     ``epoch`` points (one per epoch) give all four metrics; ``train`` and ``eval`` points (per step,
-    with a fractional epoch) give what they carry. Points without an epoch are left out.
+    with a fractional epoch) give what they carry. Points without an epoch, and NaN or infinite
+    values (a diverged run: a chart cannot draw them; the checkpoints table shows them), are left out.
     """
     charts: dict[str, list[Curve]] = {}
     for chart, series in CHARTS.items():
@@ -143,7 +145,7 @@ def curves(history: list[MetricPoint]) -> dict[str, list[Curve]]:
                 points=[
                     (float(p.epoch), float(p.values[metric]))
                     for p in history
-                    if p.epoch is not None and metric in p.values
+                    if p.epoch is not None and is_finite(p.values.get(metric))
                 ],
             )
             for name, metric in series
@@ -157,18 +159,6 @@ def display_name(platform: str) -> str:
 
     names = {p.dialect.name: p.display_name for p in PLATFORMS.values()}
     return names.get(platform, platform)
-
-
-def best_checkpoint(checkpoints: list[Checkpoint]) -> Checkpoint | None:
-    """The platform's ``best`` checkpoint, else the lowest ``validation_loss`` (else ``loss``)."""
-    marked = [c for c in checkpoints if c.kind == "best"]
-    if marked:
-        return marked[-1]
-    for metric in ("validation_loss", "loss"):
-        scored = [c for c in checkpoints if metric in c.metrics]
-        if scored:
-            return min(scored, key=lambda c: c.metrics[metric])
-    return None
 
 
 def build_view(

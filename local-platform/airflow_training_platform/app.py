@@ -43,6 +43,7 @@ from airflow_training_platform.dispatch import PlatformDispatcher
 from airflow_training_platform.engine import JobNotFound, StateConflict, TrainingEngine
 from airflow_training_platform.errors import ApiError, install_error_handlers
 from airflow_training_platform.faults import FaultInjector, FaultRule
+from airflow_training_platform.json_answers import JSONResponse
 from airflow_training_platform.platforms import LOCAL_PLATFORMS, AppContext
 from airflow_training_platform.platforms.base import NOT_IMPLEMENTED_METHODS
 from airflow_training_platform.quotas import QuotaError, RequestMeter, parse_quotas
@@ -72,7 +73,7 @@ def _control_app(
         finally:
             engine.shutdown()
 
-    app = FastAPI(title="Local training platform", lifespan=lifespan)
+    app = FastAPI(title="Local training platform", lifespan=lifespan, default_response_class=JSONResponse)
     app.state.engine = engine
     app.state.settings = settings
     app.state.faults = faults

@@ -18,10 +18,10 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from airflow_training_platform.formatting import iso, new_request_id
+from airflow_training_platform.json_answers import JSONResponse
 
 log = logging.getLogger(__name__)
 

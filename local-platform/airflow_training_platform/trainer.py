@@ -84,10 +84,14 @@ DEFAULTS: dict[str, Any] = {
     "checkpoint_epochs": None,
     "resume_from": None,
     "fail_with": None,
+    "diverge_at_epoch": None,
     "checkpoint_dir": None,
 }
 """Default value of every config key. ``fail_with`` (fault injection for tests): fail right after
-loading the data, with this message — a job that fails without bad hyperparameters."""
+loading the data, with this message — a job that fails without bad hyperparameters.
+``diverge_at_epoch`` (fault injection): from that epoch on the run has diverged — its loss reports
+are NaN and its validation loss +Infinity, as a real run's are after an exploding gradient; the
+job still ends succeeded (the program does not crash)."""
 
 _stop: dict[str, Any] = {"requested": False, "final_checkpoint": False, "signal": None, "training": False}
 
@@ -333,6 +337,12 @@ def _train_epoch(training: _Training, epoch: int, epoch_start: float) -> list[fl
     return losses
 
 
+def _diverged(training: _Training, epoch: int) -> bool:
+    """Whether ``diverge_at_epoch`` says the run has diverged by ``epoch``."""
+    at = training.cfg.get("diverge_at_epoch")
+    return at is not None and epoch >= int(at)
+
+
 def _report_step(training: _Training, epoch: int, loss: float, last_of_epoch: bool) -> None:
     """Report the mini-batch just trained if it is the run's first or the last of its epoch, or if
     ``report_interval_seconds`` passed since the last report."""
@@ -343,6 +353,7 @@ def _report_step(training: _Training, epoch: int, loss: float, last_of_epoch: bo
         or last_of_epoch
     ):
         training.last_report = now
+        loss = math.nan if _diverged(training, epoch) else loss
         emit(
             StepReport(
                 type="step", epoch=epoch, step=training.step, total_steps=training.total_steps, loss=loss
@@ -363,6 +374,8 @@ def _end_epoch(training: _Training, epoch: int, losses: list[float], epoch_start
         val_loss=float(log_loss(training.y_val, proba_val, labels=training.model.classes_)),
         val_accuracy=float(np.mean(training.model.classes_[proba_val.argmax(axis=1)] == training.y_val)),
     )
+    if _diverged(training, epoch):
+        metrics = Metrics(**{**metrics, "loss": math.nan, "val_loss": math.inf})
     training.metrics = metrics
     training.completed_epochs = epoch
     emit(

@@ -104,7 +104,7 @@ def test_submit_and_wait_succeeds_the_same_way_deferred_or_on_the_worker(
         and ref["conn_id"] == op.conn_id
         and ref["platform"] == result["platform"]
     )
-    assert ref["job"]["state"] == "succeeded" and ref["job"]["metric_history"] == result["metric_history"]
+    assert ref["job"] is None and ref["job_in_return_value"]  # the UI reads the job from return_value
     if result["console_url"]:
         assert ctx["ti"].xcoms["_link_TrainingJobConsoleLink"] == result["console_url"] == ref["console_url"]
     if conn == "tensorone":  # no metrics endpoint: one point per epoch from the checkpoints' metrics

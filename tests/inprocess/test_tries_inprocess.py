@@ -41,7 +41,7 @@ def two_tries(control):
         run_task(first_op, first)
     second_op = operator(name)
     second = task_context(second_op, try_number=2, state=first)
-    run_task(second_op, second)
+    second["returned"] = run_task(second_op, second)  # what Airflow writes as XCom return_value
     return first, second
 
 
@@ -51,7 +51,8 @@ def test_each_try_keeps_its_own_job_record_while_xcom_holds_the_current_try_only
     one, two = store.get(try_record_key(1)), store.get(try_record_key(2))
     assert one["try_number"] == 1 and two["try_number"] == 2
     assert one["job_id"] != two["job_id"]
-    assert one["job"]["state"] == "failed" and two["job"]["state"] == "succeeded"  # the final jobs
+    assert one["job"]["state"] == "failed"  # the final job; a succeeded try's is its return value:
+    assert two["job"] is None and two["job_in_return_value"] and second["returned"]["state"] == "succeeded"
     assert one["console_url"] and one["console_url"] != two["console_url"]
     assert first["ti"].xcoms[JOB_REF_XCOM_KEY]["job_id"] == one["job_id"]
     assert second["ti"].xcoms[JOB_REF_XCOM_KEY]["job_id"] == two["job_id"]  # a try's XComs: its own
@@ -90,11 +91,12 @@ def store_in_airflow(two_tries) -> tuple[str, dict, dict]:
                 task_instance_id=uuid.uuid4(), try_number=1, state="failed", **ti_row
             )
         )
-        for key in (JOB_REF_XCOM_KEY, TrainingJobConsoleLink().xcom_key):
+        xcoms = {**second["ti"].xcoms, "return_value": second["returned"]}
+        for key in (JOB_REF_XCOM_KEY, TrainingJobConsoleLink().xcom_key, "return_value"):
             session.execute(
                 insert(XComModel.__table__).values(
                     dag_run_id=dag_run.id, dag_id="d", run_id=run_id, task_id="train", map_index=-1,
-                    key=key, value=json.dumps(second["ti"].xcoms[key]), timestamp=now,
+                    key=key, value=json.dumps(xcoms[key]), timestamp=now,
                 )
             )  # fmt: skip
         scope = TaskScope(dag_id="d", run_id=run_id, task_id="train", map_index=-1)

@@ -130,27 +130,43 @@ def test_execution_timeout_counts_from_the_try_start_not_from_execute():
     assert operator().deadline_from_now({"ti": SimpleNamespace(start_date=started)}) is None
 
 
-def test_each_try_keeps_its_job_record_whole_or_without_a_job_too_big_for_the_store(monkeypatch):
+def test_a_succeeded_try_s_record_points_at_its_return_value_instead_of_repeating_it():
     from airflow_training_provider.links import try_record_key
-    from airflow_training_provider.models import MetricPoint
 
     op = operator()
     context = task_context(op, try_number=3)
     result = op.execute_complete(context, JobFinished(job_id="j1", job=job(JobState.SUCCEEDED)).model_dump())
     record = context["task_state_store"].get(try_record_key(3))
-    assert record["try_number"] == 3 and record["job"]["id"] == result["id"] == "j1"
+    assert result["id"] == "j1" and result["state"] == "succeeded"
+    assert record["try_number"] == 3 and record["job_id"] == "j1"
+    assert record["job"] is None and record["job_in_return_value"] is True
     assert record == context["ti"].xcoms["training_job"]
 
-    monkeypatch.setenv("AIRFLOW__STATE_STORE__MAX_VALUE_STORAGE_BYTES", "2000")
+
+def test_a_failed_try_keeps_its_bounded_job_in_its_record_or_none_when_too_big_for_the_store(monkeypatch):
+    from airflow_training_provider.links import try_record_key
+    from airflow_training_provider.models import MetricPoint
+
+    op = operator()
     history = [
-        MetricPoint(step=i, kind="train", epoch=i / 10, values={"loss": 1 / (i + 1)}) for i in range(100)
+        MetricPoint(step=i, kind="train", epoch=i / 10, values={"loss": 1 / (i + 1)}) for i in range(500)
     ]
-    long_job = job(JobState.SUCCEEDED).model_copy(update={"metric_history": history})
+    failed = job(JobState.FAILED).model_copy(update={"metric_history": history, "message": "x" * 10_000})
     context = task_context(op, try_number=1)
-    op.execute_complete(context, JobFinished(job_id="j1", job=long_job).model_dump(mode="json"))
+    with pytest.raises(TrainingJobFailed):
+        op.execute_complete(context, JobFinished(job_id="j1", job=failed).model_dump(mode="json"))
     record = context["task_state_store"].get(try_record_key(1))
+    assert record["job"]["id"] == "j1" and record["job_in_return_value"] is False
+    assert len(record["job"]["metric_history"]) == 100 and record["job"]["omitted"] == {"metric_history": 400}
+    assert 3990 <= len(record["job"]["message"]) <= 4000 and record["job"]["message"].endswith("characters cut]")
+
+    monkeypatch.setenv("AIRFLOW__STATE_STORE__MAX_VALUE_STORAGE_BYTES", "2000")
+    context = task_context(op, try_number=2)
+    with pytest.raises(TrainingJobFailed):
+        op.execute_complete(context, JobFinished(job_id="j1", job=failed).model_dump(mode="json"))
+    record = context["task_state_store"].get(try_record_key(2))
     assert record["job"] is None and record["job_id"] == "j1"  # the UI asks the platform for it
-    assert len(context["ti"].xcoms["training_job"]["job"]["metric_history"]) == 100  # XCom: whole
+    assert len(context["ti"].xcoms["training_job"]["job"]["metric_history"]) == 100  # XCom: bounded
 
 
 @pytest.mark.parametrize(

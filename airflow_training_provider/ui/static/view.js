@@ -29,7 +29,8 @@
   }
 
   function fmtNumber(v, digits) {
-    return typeof v === "number" ? v.toFixed(digits) : "";
+    // a diverged metric arrives as "NaN", "Infinity" or "-Infinity" (JSON has no such numbers)
+    return typeof v === "number" ? v.toFixed(digits) : typeof v === "string" ? v : "";
   }
 
   function progressText(p) {

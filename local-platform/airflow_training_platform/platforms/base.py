@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field
 from airflow_training_platform.engine import TrainingEngine
 from airflow_training_platform.errors import ApiError, Renderer, install_error_handlers, request_id
 from airflow_training_platform.faults import FaultInjector
+from airflow_training_platform.json_answers import JSONResponse
 from airflow_training_platform.metering import Metering, MeteringMiddleware
 from airflow_training_platform.quotas import RequestMeter
 
@@ -86,7 +87,9 @@ def platform_app(
     A request the router does not serve (an operation of the real API the local platform lacks, or
     a method a path does not take) is answered 501 in the platform's own error format (its code for
     501, or ``not_implemented_code``), never a 404 that would read as "this job does not exist"."""
-    app = FastAPI(title=title, openapi_url=None, docs_url=None, redoc_url=None)
+    app = FastAPI(
+        title=title, openapi_url=None, docs_url=None, redoc_url=None, default_response_class=JSONResponse
+    )
     install_error_handlers(app, render)
     app.middleware("http")(faults.middleware(render))
     if meter is not None and metering is not None:  # outside the faults: a throttled request is

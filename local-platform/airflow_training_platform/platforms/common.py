@@ -22,6 +22,7 @@ TRAINER_HYPERPARAMETERS = {
     "seed": ("int", 0, 2**32 - 1),
     "seconds_per_epoch": ("number", 0, 3600),
     "checkpoint_seconds": ("number", 0, 600),
+    "diverge_at_epoch": ("int", 1, 1000),  # fault injection: the run's losses go NaN/Infinity
 }
 
 

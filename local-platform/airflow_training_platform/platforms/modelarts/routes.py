@@ -24,7 +24,7 @@ import time
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.responses import PlainTextResponse, Response
 
 from airflow_training_platform.engine import (
     USER_CODE_REFUSED,
@@ -34,6 +34,7 @@ from airflow_training_platform.engine import (
     TrainingEngine,
 )
 from airflow_training_platform.errors import ApiError
+from airflow_training_platform.json_answers import JSONResponse
 from airflow_training_platform.platforms.modelarts import logs, search, user_code, wire
 from airflow_training_platform.platforms.modelarts.signing import verify
 from airflow_training_platform.platforms.modelarts.tags import TmsTags, add_tag_routes

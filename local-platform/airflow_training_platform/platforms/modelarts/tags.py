@@ -22,8 +22,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 
+from airflow_training_platform.json_answers import JSONResponse
 from airflow_training_platform.platforms.modelarts.wire import bad
 
 ROOT = "/v2/{project_id}/modelarts-training-job"

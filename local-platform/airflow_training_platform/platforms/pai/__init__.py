@@ -8,10 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import Request
-from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from airflow_training_platform.errors import ApiError, request_id
+from airflow_training_platform.json_answers import JSONResponse
 from airflow_training_platform.metering import Metering, PathRoutes
 from airflow_training_platform.platforms.base import AppContext, LocalPlatform, platform_app, secret_setting
 from airflow_training_platform.platforms.pai import oss

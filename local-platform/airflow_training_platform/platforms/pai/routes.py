@@ -27,7 +27,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
 
 from airflow_training_platform.engine import (
     USER_CODE_REFUSED,
@@ -37,6 +36,7 @@ from airflow_training_platform.engine import (
     TrainingEngine,
 )
 from airflow_training_platform.errors import ApiError, request_id
+from airflow_training_platform.json_answers import JSONResponse
 from airflow_training_platform.platforms.pai import acs3, logs, roa_v1, user_code, wire
 
 PATH = "/api/v1/trainingjobs"

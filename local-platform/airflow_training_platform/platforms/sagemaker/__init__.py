@@ -12,10 +12,11 @@ from html import escape
 from typing import Any
 
 from fastapi import Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
 from airflow_training_platform.errors import ApiError, request_id
+from airflow_training_platform.json_answers import JSONResponse
 from airflow_training_platform.metering import Metered, Metering
 from airflow_training_platform.platforms.base import AppContext, LocalPlatform, platform_app, secret_setting
 from airflow_training_platform.platforms.sagemaker import cloudwatch_logs, s3

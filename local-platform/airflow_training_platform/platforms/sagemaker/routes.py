@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
 from airflow_training_platform.engine import (
@@ -34,6 +34,7 @@ from airflow_training_platform.engine import (
     TrainingEngine,
 )
 from airflow_training_platform.errors import ApiError
+from airflow_training_platform.json_answers import JSONResponse
 from airflow_training_platform.platforms.common import tags_of
 from airflow_training_platform.platforms.sagemaker import cloudwatch_logs, script_mode, search, wire
 from airflow_training_platform.platforms.sagemaker.sigv4 import verify

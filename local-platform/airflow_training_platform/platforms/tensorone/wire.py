@@ -51,6 +51,7 @@ _HYPER = {
     "seconds_per_epoch": (("seconds_per_epoch", "secondsPerEpoch"), "number", 0, 3600),
     "seed": (("seed",), "int", 0, 2**32 - 1),
     "checkpoint_seconds": (("checkpoint_seconds", "checkpointSeconds"), "number", 0, 600),
+    "diverge_at_epoch": (("diverge_at_epoch",), "int", 1, 1000),  # fault injection: losses go NaN
 }
 CHECKPOINT_SORT_KEYS = (
     "createdAt",

@@ -18,7 +18,7 @@ Wire contract: ``docs/platforms/together.md``. Choices where the public docs are
   level ``error``, then the platform cancels the job (``cancel_requested`` "Job cancelled due to error
   in W&B login/init", ``job_stopped``, status ``cancelled``), as Together does.
 * Extension keys (not Together fields): ``x_airflow_tags`` (identity tags, echoed on the job object,
-  filterable with ``?x_airflow_tag=``) and ``x_local`` ``{seconds_per_epoch, checkpoint_seconds, fail_with,
+  filterable with ``?x_airflow_tag=``) and ``x_local`` ``{seconds_per_epoch, checkpoint_seconds, fail_with, diverge_at_epoch,
   gpu_count}`` (trainer pacing and GPUs on this platform).
 * ``total_price`` is the engine's cost in USD (GPU time). ``started_at`` is the start of the current
   status ("start of the current stage").
@@ -36,11 +36,11 @@ from collections.abc import Callable
 from typing import Any
 
 from fastapi import Request
-from fastapi.responses import JSONResponse
 
 from airflow_training_platform.engine import JobSpec
 from airflow_training_platform.errors import ApiError
 from airflow_training_platform.formatting import iso
+from airflow_training_platform.json_answers import JSONResponse
 from airflow_training_platform.trainer import DATASETS
 
 PLATFORM = "together"
@@ -313,6 +313,8 @@ def parse_create(body: Any, lookup: Callable[[str], dict[str, Any] | None]) -> t
         value = _float(local, key, f"{LOCAL_KEY}.{key}", 0.0, high)
         if value is not None:
             hyper[key] = value
+    if "diverge_at_epoch" in local:  # fault injection: from this epoch on the losses are NaN/Infinity
+        hyper["diverge_at_epoch"] = _int(local, "diverge_at_epoch", 1, 1, 1000)
     if local.get("fail_with"):  # fault injection: the trainer fails at start with this message
         hyper["fail_with"] = str(local["fail_with"])
     gpu_count = _int(local, "gpu_count", 1, 1, 32) if "gpu_count" in local else 1

@@ -1,0 +1,22 @@
+"""The JSON every platform of the local platform answers with.
+
+Python's ``json`` writes a non-finite float as the bare tokens ``NaN``, ``Infinity`` and
+``-Infinity``, as the platforms' Python services do when a diverged run's loss is NaN; FastAPI's own
+``JSONResponse`` refuses such a body (``Out of range float values are not JSON compliant``) and would
+answer 500 instead. Clients read the tokens back (``json.loads``, botocore, the vendors' SDKs); the
+provider must carry them on safely (its ``json_values``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi.responses import JSONResponse as _FastApiJSONResponse
+
+
+class JSONResponse(_FastApiJSONResponse):
+    """``fastapi.responses.JSONResponse`` that writes NaN and ±Infinity as Python's ``json`` does."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=False, allow_nan=True, separators=(",", ":")).encode("utf-8")
