@@ -14,8 +14,9 @@ progress, cost, console link, artifacts, tags, times) and, of the lists:
   last kept;
 * ``events``: the last :data:`RESULT_EVENTS`.
 
-then, if the JSON is still over :data:`RESULT_BYTES` (many metrics per point), halves the history,
-then the checkpoints (never below the ones it must keep), then the events, until it fits.
+then, if the JSON is still over :data:`RESULT_BYTES` (many metrics per point), halves the history
+and the checkpoints together (never below the checkpoints it must keep), then the events, until it
+fits.
 ``omitted`` says how many of each were left out; the platform keeps them all (the Training job
 tab and ``TrainingPlatformHook.snapshot`` read them whole).
 """
@@ -33,7 +34,7 @@ RESULT_BYTES = 16 * 1024
 #: checkpoints kept, newest last (besides the best and the final ones)
 RESULT_CHECKPOINTS = 10
 #: metric history points kept, evenly spaced over the run
-RESULT_HISTORY_POINTS = 100
+RESULT_HISTORY_POINTS = 50
 #: events kept, newest last
 RESULT_EVENTS = 20
 #: checkpoint kinds always kept: what a downstream task resumes from or promotes
@@ -98,11 +99,9 @@ def bounded_job(job: TrainingJob, budget: int = RESULT_BYTES) -> TrainingJob:
         )
         if result_size(bounded) <= budget or (history_limit, checkpoint_limit, event_limit) == (0, 0, 0):
             return job if not any(left_out.values()) else bounded
-        # shrink what grows with the run first: the history, then the checkpoints, then the events
-        if history_limit:
-            history_limit //= 2
-        elif checkpoint_limit:
-            checkpoint_limit //= 2
+        # shrink what grows with the run, the history and the checkpoints together, then the events
+        if history_limit or checkpoint_limit:
+            history_limit, checkpoint_limit = history_limit // 2, checkpoint_limit // 2
         else:
             event_limit //= 2
 

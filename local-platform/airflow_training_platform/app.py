@@ -43,7 +43,7 @@ from airflow_training_platform.dispatch import PlatformDispatcher
 from airflow_training_platform.engine import JobNotFound, StateConflict, TrainingEngine
 from airflow_training_platform.errors import ApiError, install_error_handlers
 from airflow_training_platform.faults import FaultInjector, FaultRule
-from airflow_training_platform.json_answers import JSONResponse
+from airflow_training_platform.json_answers import JSONResponse, RawJSONRoute
 from airflow_training_platform.platforms import LOCAL_PLATFORMS, AppContext
 from airflow_training_platform.platforms.base import NOT_IMPLEMENTED_METHODS
 from airflow_training_platform.quotas import QuotaError, RequestMeter, parse_quotas
@@ -74,6 +74,7 @@ def _control_app(
             engine.shutdown()
 
     app = FastAPI(title="Local training platform", lifespan=lifespan, default_response_class=JSONResponse)
+    app.router.route_class = RawJSONRoute  # NaN reaches the client as NaN, not null
     app.state.engine = engine
     app.state.settings = settings
     app.state.faults = faults

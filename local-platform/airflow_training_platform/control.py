@@ -13,6 +13,7 @@ requests with their arrival times, states, checkpoint files) and inject faults::
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -30,7 +31,9 @@ class LocalPlatformControl:
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
         response = requests.request(method, f"{self.url}/_local{path}", timeout=self.timeout, **kwargs)
         response.raise_for_status()
-        return response.json()
+        # the stdlib's json: a diverged job's NaN arrives as the bare token NaN, which the simplejson
+        # that requests prefers when installed refuses (its allow_nan is off since 3.19)
+        return json.loads(response.text) if response.content else None
 
     # -- jobs ------------------------------------------------------------------------------------
     def jobs(

@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 from fastapi.responses import JSONResponse as _FastApiJSONResponse
+from fastapi.routing import APIRoute
 
 
 class JSONResponse(_FastApiJSONResponse):
@@ -20,3 +21,13 @@ class JSONResponse(_FastApiJSONResponse):
 
     def render(self, content: Any) -> bytes:
         return json.dumps(content, ensure_ascii=False, allow_nan=True, separators=(",", ":")).encode("utf-8")
+
+
+class RawJSONRoute(APIRoute):
+    """A route whose answer is not re-serialized through a response model inferred from the
+    handler's return annotation: pydantic would write NaN as ``null`` (its JSON default), losing
+    what the trainer reported. The handler's dict goes to :class:`JSONResponse` as it is."""
+
+    def __init__(self, path: str, endpoint: Any, **kwargs: Any) -> None:
+        kwargs["response_model"] = None
+        super().__init__(path, endpoint, **kwargs)

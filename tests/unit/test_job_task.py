@@ -157,7 +157,7 @@ def test_a_failed_try_keeps_its_bounded_job_in_its_record_or_none_when_too_big_f
         op.execute_complete(context, JobFinished(job_id="j1", job=failed).model_dump(mode="json"))
     record = context["task_state_store"].get(try_record_key(1))
     assert record["job"]["id"] == "j1" and record["job_in_return_value"] is False
-    assert len(record["job"]["metric_history"]) == 100 and record["job"]["omitted"] == {"metric_history": 400}
+    assert len(record["job"]["metric_history"]) == 50 and record["job"]["omitted"] == {"metric_history": 450}
     assert 3990 <= len(record["job"]["message"]) <= 4000 and record["job"]["message"].endswith("characters cut]")
 
     monkeypatch.setenv("AIRFLOW__STATE_STORE__MAX_VALUE_STORAGE_BYTES", "2000")
@@ -166,7 +166,7 @@ def test_a_failed_try_keeps_its_bounded_job_in_its_record_or_none_when_too_big_f
         op.execute_complete(context, JobFinished(job_id="j1", job=failed).model_dump(mode="json"))
     record = context["task_state_store"].get(try_record_key(2))
     assert record["job"] is None and record["job_id"] == "j1"  # the UI asks the platform for it
-    assert len(context["ti"].xcoms["training_job"]["job"]["metric_history"]) == 100  # XCom: bounded
+    assert len(context["ti"].xcoms["training_job"]["job"]["metric_history"]) == 50  # XCom: bounded
 
 
 @pytest.mark.parametrize(

@@ -54,6 +54,7 @@ def dag_ids() -> list[str]:
     ids += [f.dag("kp_auto_cancel") for f in FLAVORS.values() if f.auto_cancel_spec is not None]
     ids += [f.dag("kp_events") for f in FLAVORS.values() if f.events]
     ids += [f.dag("kp_guarded") for f in FLAVORS.values() if f.guard_spec is not None]
+    ids += [f.dag("kp_diverged") for f in FLAVORS.values() if f.reports_metrics]
     return [*ids, *secret_cases(), "kp_model_producer", "kp_model_consumer"]
 
 

@@ -34,10 +34,12 @@ def hyperparameters(
     fail: bool = False,
     learning_rate: float | None = None,
     checkpoint_seconds: float = 0.0,
+    diverge_at_epoch: int | None = None,
 ) -> dict[str, str]:
     """The trainer's hyperparameters of a kill-path job, as the strings a cloud's API carries
     (SageMaker's map, PAI's and ModelArts' name/value lists). ``checkpoint_seconds``: every
-    checkpoint write, the final one too, takes this long."""
+    checkpoint write, the final one too, takes this long; ``diverge_at_epoch``: from that epoch on
+    the run's losses are NaN/Infinity (the local platform's fault injection)."""
     hyper = {
         "epochs": str(epochs),
         "seconds_per_epoch": str(seconds_per_epoch),
@@ -49,6 +51,8 @@ def hyperparameters(
         hyper["learning_rate"] = str(learning_rate)
     if fail:
         hyper["fail_with"] = FAILURE
+    if diverge_at_epoch is not None:
+        hyper["diverge_at_epoch"] = str(diverge_at_epoch)
     return hyper
 
 
@@ -58,6 +62,7 @@ def tensorone_spec(
     fail: bool = False,
     learning_rate: float | None = None,
     checkpoint_seconds: float = 0.0,
+    diverge_at_epoch: int | None = None,
     **extra: Any,
 ) -> dict:
     training: dict[str, Any] = {
@@ -71,6 +76,8 @@ def tensorone_spec(
         training["learning_rate"] = learning_rate
     if fail:  # the trainer refuses it after start: the job fails on the platform
         training["learning_rate"] = -0.5
+    if diverge_at_epoch is not None:
+        training["diverge_at_epoch"] = diverge_at_epoch
     return {"name": "kp-{{ dag.dag_id }}", "datasetId": "digits", "config": {"training": training}, **extra}
 
 
@@ -80,9 +87,12 @@ def together_spec(
     fail: bool = False,
     learning_rate: float = 0.001,
     checkpoint_seconds: float = 0.0,
+    diverge_at_epoch: int | None = None,
     **extra: Any,
 ) -> dict:
     local: dict = {"seconds_per_epoch": seconds_per_epoch}
+    if diverge_at_epoch is not None:
+        local["diverge_at_epoch"] = diverge_at_epoch
     if checkpoint_seconds:
         local["checkpoint_seconds"] = checkpoint_seconds
     if fail:  # Together refuses a bad learning rate before submit: have the trainer fail instead
@@ -101,7 +111,8 @@ def together_spec(
 
 
 def sagemaker_spec(epochs: int, seconds_per_epoch: float, fail: bool = False, learning_rate: float | None = None,
-                   checkpoint_seconds: float = 0.0, **extra: Any) -> dict:  # fmt: skip
+                   checkpoint_seconds: float = 0.0, diverge_at_epoch: int | None = None,
+                   **extra: Any) -> dict:  # fmt: skip
     return {
         "RoleArn": "arn:aws:iam::123456789012:role/KillPaths",
         "AlgorithmSpecification": {"TrainingImage": "local/digits-mlp:1", "TrainingInputMode": "File"},
@@ -118,15 +129,18 @@ def sagemaker_spec(epochs: int, seconds_per_epoch: float, fail: bool = False, le
             "S3Uri": "s3://kp/checkpoints/{{ dag.dag_id }}/{{ run_id | replace(':', '-') }}"
         },
         "HyperParameters": hyperparameters(
-            epochs, seconds_per_epoch, fail, learning_rate, checkpoint_seconds
+            epochs, seconds_per_epoch, fail, learning_rate, checkpoint_seconds, diverge_at_epoch
         ),
         **extra,
     }
 
 
 def pai_spec(epochs: int, seconds_per_epoch: float, fail: bool = False, learning_rate: float | None = None,
-             checkpoint_seconds: float = 0.0, **extra: Any) -> dict:  # fmt: skip
-    hyper = hyperparameters(epochs, seconds_per_epoch, fail, learning_rate, checkpoint_seconds)
+             checkpoint_seconds: float = 0.0, diverge_at_epoch: int | None = None,
+             **extra: Any) -> dict:  # fmt: skip
+    hyper = hyperparameters(
+        epochs, seconds_per_epoch, fail, learning_rate, checkpoint_seconds, diverge_at_epoch
+    )
     return {
         "AlgorithmSpec": {"Image": "local/digits-mlp:1", "Command": ["python", "train.py"]},
         "ComputeResource": {"EcsSpec": "ecs.gn7i-c8g1.2xlarge", "EcsCount": 1},
@@ -143,8 +157,11 @@ def pai_spec(epochs: int, seconds_per_epoch: float, fail: bool = False, learning
 
 
 def modelarts_spec(epochs: int, seconds_per_epoch: float, fail: bool = False, learning_rate: float | None = None,
-                   checkpoint_seconds: float = 0.0, **extra: Any) -> dict:  # fmt: skip
-    hyper = hyperparameters(epochs, seconds_per_epoch, fail, learning_rate, checkpoint_seconds)
+                   checkpoint_seconds: float = 0.0, diverge_at_epoch: int | None = None,
+                   **extra: Any) -> dict:  # fmt: skip
+    hyper = hyperparameters(
+        epochs, seconds_per_epoch, fail, learning_rate, checkpoint_seconds, diverge_at_epoch
+    )
     return {
         "kind": "job",
         "algorithm": {
@@ -179,7 +196,7 @@ class Flavor:
     :ivar final_checkpoint: its cancel can ask for a final checkpoint.
     :ivar cancel_reason: its cancel carries the reason Airflow gives (recorded by the platform).
     :ivar spec: ``spec(epochs, seconds_per_epoch, fail=False, learning_rate=None,
-        checkpoint_seconds=0, **extra)``: a create body for a job paced at ``seconds_per_epoch``
+        checkpoint_seconds=0, diverge_at_epoch=None, **extra)``: a create body for a job paced at ``seconds_per_epoch``
         (``fail``: one that fails on the platform soon after start; ``checkpoint_seconds``: every
         checkpoint write takes this long, so a stop with a final checkpoint does too).
     :ivar auto_cancel_spec: a job the platform cancels by itself, explaining why in its events
@@ -198,6 +215,8 @@ class Flavor:
     :ivar variant: a second flavor of the same platform (``code``: the user's own training code
         instead of the built-in trainer); its :attr:`key` is ``<name>-<variant>``.
     :ivar user_code: its jobs run the user's own program (:mod:`.user_code`), not the built-in trainer.
+    :ivar reports_metrics: its API reports the built-in trainer's metrics (loss...), so a diverged
+        run's NaN reaches the provider (ModelArts reports none: its metrics come from the program's log).
     :ivar shapes: the DAG shapes it has (``None``: every one its executor runs, :meth:`runs`).
     :ivar scenarios: the scenario keys it runs (``None``: every one that applies).
     """
@@ -217,6 +236,7 @@ class Flavor:
     auxiliary: tuple[str, ...] = ()
     variant: str = ""
     user_code: bool = False
+    reports_metrics: bool = True
     shapes: frozenset[str] | None = None
     scenarios: frozenset[str] | None = None
 
@@ -398,6 +418,7 @@ MODELARTS = ModelArtsFlavor(
     events=True,
     name_key="metadata.name",
     auxiliary=("/events",),
+    reports_metrics=False,
 )
 FLAVORS: dict[str, Flavor] = {f.name: f for f in (TENSORONE, TOGETHER, SAGEMAKER, PAI, MODELARTS)}
 """One flavor per platform, its tasks on the LocalExecutor; keyed by platform (connection type)."""

@@ -31,6 +31,7 @@ from fastapi.responses import Response
 
 from airflow_training_platform.errors import ApiError, request_id
 from airflow_training_platform.faults import FaultInjector
+from airflow_training_platform.json_answers import RawJSONRoute
 from airflow_training_platform.platforms.base import platform_app
 
 _CODES = {400: "InvalidArgument", 403: "AccessDenied", 404: "NoSuchKey", 501: "NotImplemented"}
@@ -146,7 +147,7 @@ class ObjectStore:
 
     def build_app(self, data_dir: str, key_pair: tuple[str, str] | None, faults: FaultInjector) -> FastAPI:
         """The store's sub-application: ``PutObject`` into ``<data_dir>/<scheme>``, every other request 501."""
-        router = APIRouter(tags=[self.scheme])
+        router = APIRouter(route_class=RawJSONRoute, tags=[self.scheme])
 
         @router.put("/{bucket}/{key:path}")
         async def put_object(request: Request, bucket: str, key: str) -> Response:

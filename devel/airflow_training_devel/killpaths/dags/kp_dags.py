@@ -217,6 +217,21 @@ for dag_id, (flavor, secret_spec, extra) in secret_cases().items():
         )
 
 
+# A diverged run (its losses NaN/Infinity from epoch 2) on each platform that reports metrics: the
+# task succeeds and its result is readable (tests/killpaths/test_diverged.py).
+for flavor in FLAVORS.values():
+    if flavor.reports_metrics:
+        with dag(flavor.dag("kp_diverged")):
+            SubmitTrainingJobOperator(
+                task_id="train",
+                spec=flavor.spec(epochs=2, seconds_per_epoch=0.3, diverge_at_epoch=2),
+                conn_id=flavor.conn_id,
+                deferrable=True,
+                poll_interval=1,
+                allow_unknown_fields=True,  # diverge_at_epoch: the local platform's fault injection
+            )
+
+
 # The trained model as an asset: the producer publishes its model through an alias, the consumer
 # is scheduled on the alias and records what it was given.
 with dag("kp_model_producer"):

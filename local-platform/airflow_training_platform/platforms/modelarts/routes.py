@@ -34,7 +34,7 @@ from airflow_training_platform.engine import (
     TrainingEngine,
 )
 from airflow_training_platform.errors import ApiError
-from airflow_training_platform.json_answers import JSONResponse
+from airflow_training_platform.json_answers import JSONResponse, RawJSONRoute
 from airflow_training_platform.platforms.modelarts import logs, search, user_code, wire
 from airflow_training_platform.platforms.modelarts.signing import verify
 from airflow_training_platform.platforms.modelarts.tags import TmsTags, add_tag_routes
@@ -63,7 +63,7 @@ def build_router(
     ``allow_user_code``: run ``code_dir`` + ``boot_file`` jobs and mapped custom images
     (``image_commands``: ``engine.image_url`` → local command), else refuse them."""
     images = dict(image_commands or {})
-    router = APIRouter(tags=["modelarts"])
+    router = APIRouter(route_class=RawJSONRoute, tags=["modelarts"])
     tms_tags = TmsTags()
     link_key = secrets.token_bytes(32)  # signs the log links of this server's life, like a presigned URL
 

@@ -36,7 +36,7 @@ from airflow_training_platform.engine import (
     TrainingEngine,
 )
 from airflow_training_platform.errors import ApiError, request_id
-from airflow_training_platform.json_answers import JSONResponse
+from airflow_training_platform.json_answers import JSONResponse, RawJSONRoute
 from airflow_training_platform.platforms.pai import acs3, logs, roa_v1, user_code, wire
 
 PATH = "/api/v1/trainingjobs"
@@ -83,7 +83,7 @@ def build_router(
     accept any well-formed signed request; ``allow_user_code``: run jobs with user code
     (:mod:`.user_code`; ``image_commands``: ``AlgorithmSpec.Image`` → local command), else refuse them."""
     images = dict(image_commands or {})
-    router = APIRouter(tags=["pai"])
+    router = APIRouter(route_class=RawJSONRoute, tags=["pai"])
 
     async def checked(request: Request) -> bytes:
         body = await request.body()

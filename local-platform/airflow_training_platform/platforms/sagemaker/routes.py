@@ -34,7 +34,7 @@ from airflow_training_platform.engine import (
     TrainingEngine,
 )
 from airflow_training_platform.errors import ApiError
-from airflow_training_platform.json_answers import JSONResponse
+from airflow_training_platform.json_answers import JSONResponse, RawJSONRoute
 from airflow_training_platform.platforms.common import tags_of
 from airflow_training_platform.platforms.sagemaker import cloudwatch_logs, script_mode, search, wire
 from airflow_training_platform.platforms.sagemaker.sigv4 import verify
@@ -63,7 +63,7 @@ def build_router(
     accept any signed request; ``allow_user_code``: run script-mode jobs and mapped images
     (``image_commands``: ``TrainingImage`` → local command), else refuse them."""
     images = dict(image_commands or {})
-    router = APIRouter(tags=["sagemaker"])
+    router = APIRouter(route_class=RawJSONRoute, tags=["sagemaker"])
     logs = cloudwatch_logs.CloudWatchLogs(engine, region).operations
 
     def record(name: Any) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from fastapi.responses import Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from airflow_training_platform.errors import ApiError, request_id
+from airflow_training_platform.json_answers import RawJSONRoute
 from airflow_training_platform.platforms.sagemaker import s3_payload
 from airflow_training_platform.platforms.sagemaker.s3_store import ObjectInfo, S3Store
 from airflow_training_platform.platforms.sagemaker.sigv4 import Signature, verify_s3
@@ -104,7 +105,7 @@ def build_s3_router(data_dir: str, region: str, key_pair: tuple[str, str] | None
         well-formed SigV4 signature.
     """
     store = S3Store(data_dir)
-    router = APIRouter(tags=["s3"])
+    router = APIRouter(route_class=RawJSONRoute, tags=["s3"])
 
     def signed(request: Request) -> Signature:
         try:

@@ -25,6 +25,7 @@ from airflow_training_platform.engine import (
     TrainingEngine,
 )
 from airflow_training_platform.errors import ApiError
+from airflow_training_platform.json_answers import RawJSONRoute
 from airflow_training_platform.platforms.tensorone import wire
 
 PREFIX = "/v2/training"
@@ -43,7 +44,12 @@ def build_router(
     cancel_wait_seconds: how long the cancel handler waits for the trainer to exit before answering
         (``cancelled`` if it exited in time, else ``cancelling``).
     """
-    router = APIRouter(prefix=PREFIX, dependencies=[Depends(bearer_auth(api_key))], tags=["tensorone"])
+    router = APIRouter(
+        route_class=RawJSONRoute,
+        prefix=PREFIX,
+        dependencies=[Depends(bearer_auth(api_key))],
+        tags=["tensorone"],
+    )
 
     def record(job_id: str) -> dict[str, Any]:
         try:

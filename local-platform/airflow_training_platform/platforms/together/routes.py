@@ -53,6 +53,7 @@ from airflow_training_platform.engine import (
     TrainingEngine,
 )
 from airflow_training_platform.errors import ApiError
+from airflow_training_platform.json_answers import RawJSONRoute
 from airflow_training_platform.platforms.together import identity, wire
 
 PREFIX = "/v1/fine-tunes"
@@ -75,7 +76,7 @@ def build_router(
         their cost reaches it the engine cancels the unfinished ones (``billing_limit``).
     """
     auth = [Depends(bearer_auth(api_key))]
-    router = APIRouter(prefix=PREFIX, dependencies=auth, tags=["together"])
+    router = APIRouter(route_class=RawJSONRoute, prefix=PREFIX, dependencies=auth, tags=["together"])
     if balance_usd is not None:
         engine.set_budget(
             wire.PLATFORM, balance_usd, wire.BILLING_CANCEL_MESSAGE, wire.billing_events(balance_usd)
@@ -196,7 +197,7 @@ def build_router(
         )
         return {"metrics": rows}
 
-    top = APIRouter(tags=["together"])
+    top = APIRouter(route_class=RawJSONRoute, tags=["together"])
     for path in WHOAMI_PATHS:
         top.add_api_route(path, identity.whoami, methods=["GET"], dependencies=auth)
     top.include_router(router)
