@@ -7,13 +7,13 @@ pydantic v2 models so they serialize to JSON for XCom and trigger events unchang
 
 from __future__ import annotations
 
-from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from airflow_training_provider.json_values import EventMessage, Message, is_finite
+from airflow_training_provider.timestamps import UtcDateTime
 
 METRIC_HISTORY_POINTS = 100
 """Training rows asked for when a job's metric history is read (the platform samples them evenly);
@@ -74,7 +74,7 @@ class Checkpoint(_Model):
     kind: str | None = None
     path: str | None = None
     metrics: dict[str, float] = Field(default_factory=dict)
-    created_at: datetime | None = None
+    created_at: UtcDateTime | None = None
 
 
 class Cost(_Model):
@@ -123,7 +123,7 @@ class JobEvent(_Model):
     type: str
     message: EventMessage = ""
     level: str = "info"
-    created_at: datetime | None = None
+    created_at: UtcDateTime | None = None
 
 
 class TrainingJob(_Model):
@@ -192,9 +192,9 @@ class TrainingJob(_Model):
     artifacts: dict[str, str] = Field(default_factory=dict)
     events: list[JobEvent] = Field(default_factory=list)
     metric_history: list[MetricPoint] = Field(default_factory=list)
-    created_at: datetime | None = None
-    started_at: datetime | None = None
-    updated_at: datetime | None = None
+    created_at: UtcDateTime | None = None
+    started_at: UtcDateTime | None = None
+    updated_at: UtcDateTime | None = None
     final_checkpoint_written: bool | None = None
     omitted: dict[str, int] = Field(default_factory=dict)
 

@@ -39,6 +39,7 @@ from airflow_training_provider.errors import TrainingPlatformError, TransientPla
 from airflow_training_provider.lifecycle.operations import JobOperations
 from airflow_training_provider.models import TrainingJob
 from airflow_training_provider.platforms.base import ApiRequest, parse_answer
+from airflow_training_provider.timestamps import parse_timestamp
 
 if TYPE_CHECKING:
     from airflow_training_provider.hooks.training_async import AsyncTrainingPlatformClient
@@ -174,7 +175,8 @@ class StatusPoller:
         if member is not None:
             member.seen_at = time.monotonic()
             member.own_key, member.own_view = _key(job), job
-            member.created_at = member.created_at or job.created_at
+            if member.created_at is None and job.created_at is not None:  # aware UTC: min() below
+                member.created_at = parse_timestamp(job.created_at)
 
     async def _wait_round(self, wanted: float, max_wait: float | None = None) -> _Round | None:
         """The first round started at or after ``wanted`` (monotonic), or ``None`` when none

@@ -21,6 +21,7 @@ from airflow_training_provider.identity import TaskIdentity, deployment_name
 from airflow_training_provider.job_task import CONFIRM_TIMEOUT_PARAMETER, log_cancel, parameters
 from airflow_training_provider.models import TrainingJob
 from airflow_training_provider.task_instance_lookup import current_job_id, task_instance_state
+from airflow_training_provider.timestamps import parse_timestamp
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -113,7 +114,8 @@ class ReapOrphanedTrainingJobsOperator(BaseOperator):
             if identity is None:
                 continue
             task = f"{identity.dag_id}/{identity.run_id}/{identity.task_id}[{identity.map_index}] try {identity.try_number}"
-            if job.created_at and (now - job.created_at).total_seconds() < self.min_age:
+            created = parse_timestamp(job.created_at) if job.created_at else None  # aware UTC, as now
+            if created is not None and (now - created).total_seconds() < self.min_age:
                 report.append({"job_id": job.id, "task": task, "decision": "keep", "reason": "too young"})
                 continue
             decision, reason = self._reap(hook, job, identity, task)

@@ -21,7 +21,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, ClassVar, TypeVar
 
@@ -53,6 +53,7 @@ from airflow_training_provider.portable import (
     PortableSpecError,
     PortableTrainingSpec,
 )
+from airflow_training_provider.timestamps import parse_timestamp
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -158,10 +159,12 @@ def local_final_checkpoint(body: Any, location: str | None) -> tuple[bool | None
     field = body.get(LOCAL_FINAL_CHECKPOINT_FIELD) if isinstance(body, dict) else None
     if not isinstance(field, dict) or not isinstance(field.get("written"), bool):
         return None, []
+    try:
+        newest = parse_timestamp(field["at"]) if field.get("at") is not None else None
+    except ValueError:  # a malformed field, as above
+        return None, []
     where = field.get("location") if isinstance(field.get("location"), str) else location
     files = [f for f in field.get("files") or [] if isinstance(f, str) and f]
-    at = field.get("at")
-    newest = datetime.fromtimestamp(at, UTC) if isinstance(at, int | float) else None
     checkpoints = [
         Checkpoint(
             id=name,

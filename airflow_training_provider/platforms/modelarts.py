@@ -27,11 +27,11 @@ import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
-from typing import Any, cast
+from datetime import datetime
+from typing import Annotated, Any, cast
 from urllib.parse import parse_qsl, urlsplit
 
-from pydantic import Field, field_validator
+from pydantic import BeforeValidator, Field, field_validator
 
 from airflow_training_provider.errors import (
     InvalidJobSpecError,
@@ -78,6 +78,7 @@ from airflow_training_provider.portable import (
     refuse,
     stringify,
 )
+from airflow_training_provider.timestamps import UtcDateTime, UtcDateTimeMs
 
 PATH = "/training-jobs"
 SEARCH_PATH = "/training-job-searches"
@@ -116,11 +117,21 @@ def endpoint_of(region: str) -> str:
 _Wire = WireModel
 
 
+def _zero_is_unset(value: Any) -> Any:
+    return None if value in (0, "0") else value
+
+
+#: a job's time: epoch milliseconds (``docs/platforms/modelarts.md``, "The job (show)"), or any other
+#: form :func:`~airflow_training_provider.timestamps.parse_timestamp` reads; 0 (``status.start_time``
+#: of a job that has not run yet, as the local platform sends it) is no time
+_Millis = Annotated[UtcDateTimeMs | None, BeforeValidator(_zero_is_unset)]
+
+
 class WireMetadata(_Wire):
     id: str
     name: str | None = None
     description: str | None = None
-    create_time: int | None = None  # epoch milliseconds
+    create_time: _Millis = None
     workspace_id: str | None = None
     annotations: dict[str, str] = Field(default_factory=dict)
 
@@ -135,7 +146,7 @@ class WireStatus(_Wire):
     phase: str = ""
     secondary_phase: str | None = None
     duration: int | None = None  # milliseconds
-    start_time: int | None = None  # epoch milliseconds
+    start_time: _Millis = None
     tasks: list[str] = Field(default_factory=list)
     task_statuses: list[WireTaskStatus] = Field(default_factory=list)
 
@@ -180,7 +191,7 @@ class WireSearch(_Wire):
 
 
 class WireEvent(_Wire):
-    time: str | None = None
+    time: UtcDateTime | None = None  # ISO-8601 text
     level: str = "Info"
     message: str = ""
     source: str | None = None
@@ -338,10 +349,6 @@ def _channel(channels: list[WireChannel], names: tuple[str, ...]) -> str | None:
 def obs_path(uri: str) -> str:
     """``obs://bucket/key`` as ModelArts names an OBS location: ``/bucket/key``."""
     return "/" + uri.split("://", 1)[1]
-
-
-def _millis(value: int | None) -> datetime | None:
-    return datetime.fromtimestamp(value / 1000, UTC) if value else None
 
 
 # -- the dialect ---------------------------------------------------------------------------------------
@@ -739,8 +746,8 @@ class ModelArtsDialect(Dialect):
                 total_usd=local_cost_usd(body),
             ),
             tags=[f"{k}:{v}" for k, v in metadata.annotations.items() if k.startswith(ANNOTATION_PREFIX)],
-            created_at=_millis(metadata.create_time),
-            started_at=_millis(status.start_time),
+            created_at=metadata.create_time,
+            started_at=status.start_time,
             final_checkpoint_written=written,
         )
 

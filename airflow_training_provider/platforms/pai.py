@@ -80,6 +80,7 @@ from airflow_training_provider.portable import (
     refuse,
     stringify,
 )
+from airflow_training_provider.timestamps import UtcDateTime, parse_timestamp
 
 API_VERSION = "2022-01-12"
 PATH = "/api/v1/trainingjobs"
@@ -104,7 +105,12 @@ _AUTH_CODES = re.compile(
 )
 _NOT_FOUND_CODES = re.compile(r"NotExist|NotFound", re.IGNORECASE)
 _CONFLICT_CODES = re.compile(r"Status|State|AlreadyStopped|AlreadyTerminated", re.IGNORECASE)
-_EVENT_LINE = re.compile(r"^(?P<at>\d{4}-\d\d-\d\dT[\d:.]+Z)\s+(?:\[(?P<type>[^\]]+)\]\s*)?(?P<message>.*)$")
+#: an event line, ``<ISO time> [<type>] <text>``: the time ``Z``, an offset or no zone (read as UTC)
+_EVENT_LINE = re.compile(
+    r"^(?P<at>\d{4}-\d\d-\d\dT[\d:.,]+(?:Z|[+-]\d\d:?\d\d)?)\s+(?:\[(?P<type>[^\]]+)\]\s*)?(?P<message>.*)$"
+)
+#: where a metric without a ``Timestamp`` sorts: before every timed one
+_NO_TIME = datetime.min.replace(tzinfo=UTC)
 
 
 #: ``ListTrainingJobLogs`` ``PageSize``: lines per page (the reference's example is 100)
@@ -172,8 +178,9 @@ class WireJob(_Wire):
     OutputModel: dict[str, Any] | None = None
     Labels: list[WireLabel] = Field(default_factory=list)
     Duration: float | None = None
-    GmtCreateTime: datetime | None = None
-    GmtModifiedTime: datetime | None = None
+    # ISO-8601, "%Y-%m-%dT%H:%M:%SZ" (docs/platforms/pai.md, "The list's time window")
+    GmtCreateTime: UtcDateTime | None = None
+    GmtModifiedTime: UtcDateTime | None = None
     TrainingJobUrl: str | None = None
     StatusTransitions: list[dict[str, Any]] = Field(default_factory=list)
 
@@ -699,15 +706,18 @@ class PaiDialect(Dialect):
         return events
 
     def parse_metrics(self, body: Any) -> list[MetricPoint]:
-        """``{"Metrics": [{"Name", "Timestamp", "Value"}]}`` grouped by timestamp, oldest first. A
-        group with validation metrics is an ``epoch`` point; ``step`` and ``epoch`` values, when the
-        job reports them as metrics, place the point."""
-        groups: dict[str, dict[str, float]] = {}
+        """``{"Metrics": [{"Name", "Timestamp", "Value"}]}`` grouped by timestamp (the instant, read
+        by :func:`parse_timestamp`, whatever form each row writes it in), oldest first. A group with
+        validation metrics is an ``epoch`` point; ``step`` and ``epoch`` values, when the job reports
+        them as metrics, place the point. A ``Timestamp`` that is not a time makes the answer
+        malformed, as a wrongly typed ``Value`` does."""
+        groups: dict[datetime, dict[str, float]] = {}
         for metric in WireMetrics.model_validate(body or {}).Metrics:
             if metric.Value is not None:
-                groups.setdefault(metric.Timestamp or "", {})[metric.Name] = metric.Value
+                at = parse_timestamp(metric.Timestamp) if metric.Timestamp else _NO_TIME
+                groups.setdefault(at, {})[metric.Name] = metric.Value
         points = []
-        for index, (_at, values) in enumerate(sorted(groups.items())):
+        for index, (_at, values) in enumerate(sorted(groups.items(), key=lambda group: group[0])):
             step = values.pop("step", None)
             epoch = values.pop("epoch", None)
             kind = "epoch" if any(name.startswith("validation") for name in values) else "train"
@@ -891,11 +901,15 @@ PLATFORM = PaiPlatformDescriptor(
 
 def _running_since(transitions: list[dict[str, Any]]) -> datetime | None:
     """When the job started training: the ``StartTime`` of its first ``Running`` status transition
-    (GetTrainingJob ``StatusTransitions``), or ``None`` before it runs or if unreadable."""
+    (GetTrainingJob ``StatusTransitions``), or ``None`` before it runs (no such transition, or its
+    ``StartTime`` empty).
+
+    :raises ValueError: that ``StartTime`` is not a time (:func:`parse_timestamp`): the answer (or
+        its row of a list) is malformed."""
     for transition in transitions:
         if transition.get("Status") == "Running" and transition.get("StartTime"):
             try:
-                return datetime.fromisoformat(str(transition["StartTime"]).replace("Z", "+00:00"))
-            except ValueError:
-                return None
+                return parse_timestamp(transition["StartTime"])
+            except ValueError as exc:
+                raise ValueError(f"field 'StatusTransitions.StartTime': {exc}") from exc
     return None

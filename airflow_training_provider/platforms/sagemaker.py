@@ -25,7 +25,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import Field, field_validator
@@ -82,6 +82,7 @@ from airflow_training_provider.portable import (
     refuse,
     stringify,
 )
+from airflow_training_provider.timestamps import UtcDateTime
 
 TARGET_PREFIX = "SageMaker."
 CONTENT_TYPE = "application/x-amz-json-1.1"
@@ -174,7 +175,7 @@ _Wire = WireModel
 
 class WireTransition(_Wire):
     Status: str
-    StartTime: float | None = None
+    StartTime: UtcDateTime | None = None
     EndTime: float | None = None
     StatusMessage: str | None = None
 
@@ -203,10 +204,11 @@ class WireJob(_Wire):
     ResourceConfig: dict[str, Any] | None = None
     HyperParameters: dict[str, str] | None = None
     StoppingCondition: dict[str, Any] | None = None
-    CreationTime: float | None = None
-    TrainingStartTime: float | None = None
+    # epoch seconds, boto's floats (docs/platforms/sagemaker.md, "The job (`DescribeTrainingJob`)")
+    CreationTime: UtcDateTime | None = None
+    TrainingStartTime: UtcDateTime | None = None
     TrainingEndTime: float | None = None
-    LastModifiedTime: float | None = None
+    LastModifiedTime: UtcDateTime | None = None
     SecondaryStatusTransitions: list[WireTransition] = Field(default_factory=list)
     FinalMetricDataList: list[WireMetric] = Field(default_factory=list)
     TrainingTimeInSeconds: float | None = None
@@ -331,10 +333,6 @@ def job_name(stem: str | None, tags: list[str]) -> str:
     every task instance its own name. ``churn-20260101`` for map index 2, try 1 →
     ``churn-20260101-m2-<digest>-t1``."""
     return try_job_name(stem, tags, MAX_NAME, separators="-")
-
-
-def _epoch(value: float | None) -> datetime | None:
-    return datetime.fromtimestamp(value, UTC) if value is not None else None
 
 
 def _error_code(body: Any) -> tuple[str | None, str | None]:
@@ -699,15 +697,15 @@ class SageMakerDialect(Dialect):
             cost=Cost(billable_seconds=billable, total_usd=local_cost_usd(body)),
             final_checkpoint_written=written,
             tags=[f"{t.Key}:{t.Value}" for t in wire.Tags if t.Key.startswith(TAG_KEY_PREFIX)],
-            created_at=_epoch(wire.CreationTime),
-            started_at=_epoch(wire.TrainingStartTime),
-            updated_at=_epoch(wire.LastModifiedTime),
+            created_at=wire.CreationTime,
+            started_at=wire.TrainingStartTime,
+            updated_at=wire.LastModifiedTime,
             events=[
                 JobEvent(
                     type=t.Status,
                     message=t.StatusMessage or t.Status,
                     level="error" if t.Status in ("Failed", *_TIMED_OUT) else "info",
-                    created_at=_epoch(t.StartTime),
+                    created_at=t.StartTime,
                 )
                 for t in wire.SecondaryStatusTransitions
             ],

@@ -29,6 +29,7 @@ from airflow_training_provider.models import (
 from airflow_training_provider.platforms.base import ApiRequest, Capabilities, Dialect, StatusBatch, WireModel
 from airflow_training_provider.platforms.descriptor import PlatformDescriptor
 from airflow_training_provider.portable import Placement, PortableFineTuneSpec, merge_options, refuse
+from airflow_training_provider.timestamps import UtcDateTime
 
 #: statuses of a job that has not ended (the coalesced status read's ``status`` filter)
 WAITING_STATUSES = ("queued", "initializing", "running", "paused", "cancelling")
@@ -60,7 +61,7 @@ class WireCheckpoint(_Wire):
     type: str | None = None
     downloadUrl: str | None = None
     path: str | None = None  # local-platform extension: the checkpoint file
-    createdAt: datetime | None = None
+    createdAt: UtcDateTime | None = None
 
 
 class WireCosts(_Wire):
@@ -70,9 +71,13 @@ class WireCosts(_Wire):
 
 
 class WireTimestamps(_Wire):
-    createdAt: datetime | None = None
-    startedAt: datetime | None = None
-    lastUpdated: datetime | None = None
+    """``timestamps{createdAt, startedAt, lastUpdated}`` (``docs/platforms/tensorone.md``, "The job
+    object"): ISO-8601 text, as every time of this API; read by
+    :func:`~airflow_training_provider.timestamps.parse_timestamp`."""
+
+    createdAt: UtcDateTime | None = None
+    startedAt: UtcDateTime | None = None
+    lastUpdated: UtcDateTime | None = None
 
 
 class WireJob(_Wire):
@@ -87,7 +92,7 @@ class WireJob(_Wire):
     costs: WireCosts | None = None
     estimatedCost: dict[str, Any] | None = None
     timestamps: WireTimestamps | None = None
-    createdAt: datetime | None = None
+    createdAt: UtcDateTime | None = None
     tags: list[str] = Field(default_factory=list)
     # No failure field is documented; surface these when present.
     error: str | dict[str, Any] | None = None
@@ -126,7 +131,7 @@ _NO_COSTS = WireCosts()
 
 
 class WireCancellationDetails(_Wire):
-    cancelledAt: datetime | None = None
+    cancelledAt: UtcDateTime | None = None
     reason: str | None = None
     finalCheckpointCreated: bool | None = None
     finalCheckpointId: str | None = None

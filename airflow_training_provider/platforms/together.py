@@ -27,7 +27,7 @@ import math
 import re
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
 from pydantic import Field, PositiveInt, field_validator, model_validator
 
@@ -52,6 +52,7 @@ from airflow_training_provider.models import (
 from airflow_training_provider.platforms.base import ApiRequest, Capabilities, Dialect, StatusBatch, WireModel
 from airflow_training_provider.platforms.descriptor import PlatformDescriptor
 from airflow_training_provider.portable import Placement, PortableFineTuneSpec, merge_options
+from airflow_training_provider.timestamps import UtcDateTime, parse_timestamp
 
 TAGS_KEY = "x_airflow_tags"
 """Create-body / job-object extension key carrying the identity tags (not a Together field)."""
@@ -86,7 +87,7 @@ class WireEvent(_Wire):
     """One fine-tune event. ``type`` and ``level`` come in lower or upper case."""
 
     object: str | None = None
-    created_at: datetime | None = None
+    created_at: UtcDateTime | None = None
     message: str | None = ""
     type: str | None = ""
     level: str | None = ""
@@ -98,14 +99,16 @@ class WireEvent(_Wire):
 
 
 class WireJobTruncated(_Wire):
-    """``FinetuneResponseTruncated``: the create, cancel and list answers (a subset of the job)."""
+    """``FinetuneResponseTruncated``: the create, cancel and list answers (a subset of the job). Its
+    times (``docs/platforms/together.md``, "The job object") are ISO-8601 text, read by
+    :func:`~airflow_training_provider.timestamps.parse_timestamp` (nanoseconds, no zone included)."""
 
     id: str
     status: str
     user_id: str | None = None
-    created_at: datetime | None = None
-    updated_at: datetime | None = None
-    started_at: datetime | None = None  # "start of the current stage"
+    created_at: UtcDateTime | None = None
+    updated_at: UtcDateTime | None = None
+    started_at: UtcDateTime | None = None  # "start of the current stage"
     model: str | None = None
     model_output_name: str | None = None
     model_output_path: str | None = None
@@ -135,7 +138,7 @@ class WireJob(WireJobTruncated):
 
 class WireCheckpoint(_Wire):
     step: int | None = None
-    created_at: datetime | None = None
+    created_at: UtcDateTime | None = None
     path: str | None = None
     checkpoint_type: str | None = None
     checkpoint: str | None = None
@@ -568,8 +571,8 @@ class TogetherDialect(Dialect):
         rows = body if isinstance(body, list) else WireRows.model_validate(body or {}).data
         jobs = self.listed_jobs(rows)
         jobs = [j for j in jobs if j.tags]
-        if all(j.created_at is not None for j in jobs):
-            jobs.sort(key=lambda j: cast(datetime, j.created_at))
+        if all(j.created_at is not None for j in jobs):  # aware UTC, whatever form each row sent
+            jobs.sort(key=lambda j: parse_timestamp(j.created_at))
         return jobs
 
     def error_fields(self, body: Any) -> tuple[str | None, str | None, str | None]:

@@ -1,0 +1,112 @@
+"""One way to read a platform's time: every timestamp the provider reads from a platform answer goes
+through :func:`parse_timestamp` (wire models through :data:`UtcDateTime` / :data:`UtcDateTimeMs`),
+so every time the provider holds is an aware UTC ``datetime`` and any two of them compare and sort.
+
+What the platforms send (``docs/platforms/<platform>.md``, "The job"):
+
+* TensorOne (``timestamps{createdAt, startedAt, lastUpdated}``, ``checkpoints[].createdAt``,
+  ``cancellationDetails.cancelledAt``), Together (``created_at``, ``updated_at``, ``started_at``,
+  events and checkpoints ``created_at``) and PAI (``GmtCreateTime``, ``GmtModifiedTime``,
+  ``StatusTransitions[].StartTime``, event lines, metric ``Timestamp``): ISO-8601 text, ``Z``
+  or no zone, fractions of a second up to nanoseconds;
+* SageMaker (``CreationTime``, ``TrainingStartTime``, ``LastModifiedTime``,
+  ``SecondaryStatusTransitions[].StartTime``): epoch **seconds** as JSON numbers (boto's floats);
+* ModelArts v2 (``metadata.create_time``, ``status.start_time``): epoch **milliseconds**; its
+  events' ``time``: ISO-8601 text.
+
+``docs/platforms/README.md`` ("Timestamps") says the same for users.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator
+
+#: an epoch number of more than this is milliseconds whatever the platform documents: as seconds it
+#: would be after the year 5000, as milliseconds it is after 1973
+MILLIS_ABOVE = 1e11
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+_ISO = re.compile(
+    r"(?P<y>\d{4})-(?P<mo>\d\d)-(?P<d>\d\d)"
+    r"(?:[Tt ](?P<h>\d\d):(?P<mi>\d\d)(?::(?P<s>\d\d)(?:[.,](?P<f>\d+))?)?"
+    r" ?(?P<z>[Zz]|[+-]\d\d(?::?\d\d)?)?)?"
+)
+
+
+def parse_timestamp(value: Any, *, unit: Literal["s", "ms"] = "s") -> datetime:
+    """``value`` as an aware UTC ``datetime``.
+
+    Accepted:
+
+    * ISO-8601 text: ``2025-03-01T10:00:00Z``, a ``+08:00``, ``+0800`` or ``+08`` offset, no zone
+      (read as UTC), a space instead of the ``T``, seconds or their fraction left out, any number
+      of fractional digits (past 6, nanoseconds, cut to microseconds);
+    * an epoch number (``int``, ``float`` or the same as text): seconds, or milliseconds with
+      ``unit="ms"``; a number above :data:`MILLIS_ABOVE` is milliseconds either way;
+    * a ``datetime``: a naive one is UTC, an aware one is converted to UTC.
+
+    :param value: the platform's value.
+    :param unit: what an epoch number counts: ``"s"`` (SageMaker, the default) or ``"ms"``
+        (ModelArts v2).
+    :returns: the instant, ``tzinfo`` UTC.
+    :raises ValueError: ``value`` is none of these (``None``, ``""``, ``"yesterday"``, a ``bool``,
+        ``NaN``, a date out of range), naming it. In a list answer that makes its row malformed:
+        the row alone is left out (:func:`~airflow_training_provider.platforms.base.readable_rows`).
+    """
+    if isinstance(value, datetime):
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    text = value.strip() if isinstance(value, str) else None
+    number = float(text) if text is not None and _NUMBER.fullmatch(text) else value
+    try:
+        if isinstance(number, int | float) and not isinstance(number, bool) and math.isfinite(number):
+            millis = unit == "ms" or abs(number) > MILLIS_ABOVE
+            return _EPOCH + (timedelta(milliseconds=number) if millis else timedelta(seconds=number))
+        match = _ISO.fullmatch(text) if text is not None else None
+        if match is not None:
+            return _from_iso(match)
+    except (OverflowError, ValueError):
+        pass
+    raise ValueError(f"not a timestamp: {value!r}"[:200])
+
+
+def _from_iso(match: re.Match[str]) -> datetime:
+    part = match.groupdict()
+    zone = part["z"] or "Z"
+    tz: timezone = UTC
+    if zone not in ("Z", "z"):
+        digits = zone[1:].replace(":", "")
+        offset = timedelta(hours=int(digits[:2]), minutes=int(digits[2:] or 0))
+        tz = timezone(-offset if zone[0] == "-" else offset)
+    at = datetime(
+        int(part["y"]),
+        int(part["mo"]),
+        int(part["d"]),
+        int(part["h"] or 0),
+        int(part["mi"] or 0),
+        int(part["s"] or 0),
+        int((part["f"] or "0")[:6].ljust(6, "0")),
+        tzinfo=tz,
+    )
+    return at.astimezone(UTC)
+
+
+def _seconds(value: Any) -> datetime:
+    return parse_timestamp(value)
+
+
+def _millis(value: Any) -> datetime:
+    return parse_timestamp(value, unit="ms")
+
+
+UtcDateTime = Annotated[datetime, BeforeValidator(_seconds)]
+"""A pydantic field type: any form :func:`parse_timestamp` reads (epoch numbers in seconds), held as
+an aware UTC ``datetime``; anything else fails the model's validation, naming the field."""
+
+UtcDateTimeMs = Annotated[datetime, BeforeValidator(_millis)]
+""":data:`UtcDateTime` whose epoch numbers are milliseconds (ModelArts v2)."""
