@@ -263,6 +263,14 @@ def test_long_lines_are_cut_and_control_characters_replaced():
     assert cut == "y" * MAX_LINE_CHARS + "… [5 more characters]"
 
 
+def test_a_line_that_was_not_utf8_or_holds_nul_is_written_safely():
+    # a JSON log answer's "\udcff" (bytes that were not UTF-8, escaped) and a NUL byte
+    line = json.loads('"loss \\udcff\\u0000 1.0"')
+    text = shown(line)
+    assert text == "loss \ufffd 1.0"
+    text.encode("utf-8")  # a log file (and a JSON column) takes it
+
+
 def test_the_trigger_gets_the_references_never_the_values():
     spec = {
         "Environment": {

@@ -163,3 +163,28 @@ def test_the_program_log_shows_the_last_lines_read_and_says_how_many_were_left_o
         "complete": True,
         "note": "Not readable: x",
     }
+
+
+def test_a_diverged_job_s_view_is_strict_json_its_nan_shown_by_name_and_left_out_of_the_curves():
+    import json
+    import math
+
+    from airflow_training_provider.json_values import dump
+
+    history = [
+        MetricPoint(step=1, kind="epoch", epoch=1, values={"loss": 0.9, "validation_loss": 1.0}),
+        MetricPoint(step=2, kind="epoch", epoch=2, values={"loss": math.nan, "validation_loss": math.inf}),
+    ]
+    diverged = job(
+        JobState.SUCCEEDED,
+        metrics={"loss": math.nan, "validation_loss": math.inf},
+        metric_history=history,
+        checkpoints=[Checkpoint(id="c2", epoch=2, metrics={"loss": math.nan})],
+    )
+    view = build_view(**WHERE, ti_state="success", is_training_task=True, ref=ref(diverged))
+    body = json.dumps(dump(view), allow_nan=False)  # what the /data route answers
+    data = json.loads(body)
+    assert data["job"]["metrics"] == {"loss": "NaN", "validation_loss": "Infinity"}
+    assert data["job"]["checkpoints"][0]["metrics"] == {"loss": "NaN"}
+    loss = {c["metric"]: c["points"] for c in data["curves"]["loss"]}
+    assert loss["loss"] == [[1.0, 0.9]] and loss["validation_loss"] == [[1.0, 1.0]]
