@@ -322,18 +322,20 @@ def test_a_platform_without_program_logs_says_so_once_and_the_task_succeeds(cont
 
 def test_the_training_job_tab_shows_the_last_program_lines_masked(capfd):
     from airflow_training_provider.links import JobReference
+    from airflow_training_provider.models import TrainingJob
     from airflow_training_provider.ui.app import ask_program_log
 
     op = operator(deferrable=False)
     ctx = task_context(op, run_id=f"program-logs-ui-{uuid.uuid4().hex[:6]}")
-    run_task(op, ctx)
+    returned = TrainingJob.model_validate(run_task(op, ctx))  # the tab reads a succeeded try's job there
     ref = JobReference.model_validate(ctx["ti"].xcoms["training_job"])
     assert ref.secret_references == [{"conn_id": SECRET_CONN}], "names only, for the view to mask"
+    assert ref.job is None and ref.job_in_return_value
     capfd.readouterr()
     # a record of the same job naming no secrets is asked first: its read is not reused for this one
-    unmasked = ask_program_log(ref.model_copy(update={"secret_references": []}), ref.job)
+    unmasked = ask_program_log(ref.model_copy(update={"secret_references": []}), returned)
     assert unmasked is not None and f"connecting with password {PASSWORD}" in unmasked.lines
-    log = ask_program_log(ref, ref.job)
+    log = ask_program_log(ref, returned)
     assert log is not None and log.lines == expected() and log.complete and log.earlier == 0
 
 
