@@ -389,6 +389,8 @@ class TrainingJobTaskMixin(_Host):
         ti = context.get("ti") if context else None
         if ti is None:
             return
+        # with do_xcom_push=False there is no return value to point at: the record keeps the job
+        returned = returned and getattr(self, "do_xcom_push", True)
         try_number = getattr(ti, "try_number", None)
         ref = JobReference(
             conn_id=self.conn_id,

@@ -45,7 +45,9 @@ TERMINAL_STATES: frozenset[JobState] = frozenset({JobState.SUCCEEDED, JobState.F
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+    # "strings": a NaN in an ``Any`` field (CancelResult.final_metrics) stays a float in a JSON-mode
+    # dump, for json_values.dump to name it; pydantic's default would make it None
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, ser_json_inf_nan="strings")
 
 
 class Progress(_Model):
@@ -255,7 +257,10 @@ class CancelResult(_Model):
     :ivar final_checkpoint_written: whether the job's program wrote a checkpoint after the stop
         signal (then ``final_checkpoint_id``/``_path`` name the newest file);
         ``None``: the platform cannot tell (:attr:`TrainingJob.final_checkpoint_written`).
-    :ivar final_metrics: metrics at the moment of cancelling.
+    :ivar final_metrics: metrics at the moment of cancelling: numbers, or text where the platform
+        says so (TensorOne ``trainingDuration: "44m"``); typed, not ``Any``, so a NaN stays a float
+        in a JSON-mode dump (pydantic writes an ``Any`` NaN as ``None``) and is named by
+        ``json_values.dump``.
     :ivar cost: spend in USD up to the cancel.
     """
 
@@ -265,7 +270,7 @@ class CancelResult(_Model):
     final_checkpoint_id: str | None = None
     final_checkpoint_path: str | None = None
     final_checkpoint_written: bool | None = None
-    final_metrics: dict[str, Any] = Field(default_factory=dict)
+    final_metrics: dict[str, int | float | str | None] = Field(default_factory=dict)
     cost: Cost = Field(default_factory=Cost)
 
     def final_checkpoint_text(self) -> str:

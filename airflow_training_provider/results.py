@@ -4,19 +4,19 @@ budget whatever the run's length.
 A job's checkpoints, metric history and events grow with its epochs (400 epochs: 227 KB), and
 Airflow writes what a task returns into its metadata database (XCom ``return_value``; a trigger's
 event into the task instance's ``next_kwargs``; the job record into XCom ``training_job`` and the
-task state store). :func:`bounded_job` keeps every scalar field (state, message, final metrics,
-progress, cost, console link, artifacts, tags, times) and, of the lists:
+task state store). :func:`bounded_job` returns a job whose JSON fits in :data:`RESULT_BYTES` whole;
+a larger one keeps every scalar field (state, message, final metrics, progress, cost, console link,
+artifacts, tags, times) and, of the lists:
 
-* ``checkpoints``: the last :data:`RESULT_CHECKPOINTS`, and the best (:func:`~.models.best_checkpoint`)
-  and every ``final``/``best``/``location`` one wherever it is: the checkpoint to resume or
-  promote is always there;
-* ``metric_history``: at most :data:`RESULT_HISTORY_POINTS` points, evenly spaced, the first and the
-  last kept;
+* ``checkpoints``: the last :data:`RESULT_CHECKPOINTS`, and wherever they are the newest, the best
+  (:func:`~.models.best_checkpoint`) and the newest ``final``/``best``/``location`` one: the
+  checkpoint to resume or promote is always there;
+* ``metric_history``: at most :data:`RESULT_HISTORY_POINTS` points, every evaluation and per-epoch
+  point first, the training points evenly spaced;
 * ``events``: the last :data:`RESULT_EVENTS`.
 
-then, if the JSON is still over :data:`RESULT_BYTES` (many metrics per point), halves the history
-and the checkpoints together (never below the checkpoints it must keep), then the events, until it
-fits.
+then, if the JSON is still over the budget (many metrics per point), halves the history, then the
+checkpoints (never below the ones it must keep), then the events, until it fits.
 ``omitted`` says how many of each were left out; the platform keeps them all (the Training job
 tab and ``TrainingPlatformHook.snapshot`` read them whole).
 """
@@ -24,10 +24,13 @@ tab and ``TrainingPlatformHook.snapshot`` read them whole).
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from airflow_training_provider.json_values import dump
 from airflow_training_provider.models import Checkpoint, MetricPoint, TrainingJob, best_checkpoint
+
+log = logging.getLogger(__name__)
 
 #: the largest JSON (bytes, UTF-8) of a finished job as the task returns it
 RESULT_BYTES = 16 * 1024
@@ -51,10 +54,27 @@ def sample_evenly(points: list[MetricPoint], limit: int) -> list[MetricPoint]:
     return [points[round(i * step)] for i in range(limit)]
 
 
+def sample_history(points: list[MetricPoint], limit: int) -> list[MetricPoint]:
+    """At most ``limit`` of ``points``, in their order: the evaluation and per-epoch points first
+    (few, and each a curve's only source), evenly sampled if they alone are too many, then as many
+    training points as fit, evenly spaced."""
+    rare = [p for p in points if p.kind != "train"]
+    if len(rare) >= limit:
+        kept = {id(p) for p in sample_evenly(rare, limit)}
+    else:
+        kept = {id(p) for p in rare} | {
+            id(p) for p in sample_evenly([p for p in points if p.kind == "train"], limit - len(rare))
+        }
+    return [p for p in points if id(p) in kept]
+
+
 def kept_checkpoints(checkpoints: list[Checkpoint], limit: int) -> list[Checkpoint]:
-    """The last ``limit`` of ``checkpoints`` and, wherever they are, the best and those of
-    :data:`KEPT_KINDS`; in the platform's order."""
-    must = {id(c) for c in checkpoints if c.kind in KEPT_KINDS}
+    """The last ``limit`` of ``checkpoints`` and, wherever they are, the newest (always), the best,
+    and the newest of each kind in :data:`KEPT_KINDS`; in the platform's order."""
+    must = {id(checkpoints[-1])} if checkpoints else set()
+    for kind in KEPT_KINDS:
+        if of_kind := [c for c in checkpoints if c.kind == kind]:
+            must.add(id(of_kind[-1]))
     if (best := best_checkpoint(checkpoints)) is not None:
         must.add(id(best))
     recent = {id(c) for c in checkpoints[-limit:]} if limit > 0 else set()
@@ -68,17 +88,20 @@ def result_size(job: TrainingJob) -> int:
 
 def bounded_job(job: TrainingJob, budget: int = RESULT_BYTES) -> TrainingJob:
     """``job`` within ``budget`` bytes of JSON, as described in the module's docstring; ``job``
-    itself when it already is (and leaves nothing out).
+    itself, whole, when it already is.
 
     :param job: a job as a dialect parsed it, of any size.
     :param budget: bytes of compact UTF-8 JSON (:func:`result_size`).
     :returns: a copy with ``omitted`` counting what each list left out, added to what ``job``
-        already left out (a job bounded twice counts once)."""
-    history_limit, checkpoint_limit, event_limit = RESULT_HISTORY_POINTS, RESULT_CHECKPOINTS, RESULT_EVENTS
+        already left out (a job bounded twice counts once). Still over ``budget`` with every list
+        at its minimum (thousands of metric names, huge tags): that copy, with a warning."""
+    if result_size(job) <= budget:
+        return job
+    limits = [RESULT_HISTORY_POINTS, RESULT_CHECKPOINTS, RESULT_EVENTS]
     while True:
-        history = sample_evenly(job.metric_history, history_limit)
-        checkpoints = kept_checkpoints(job.checkpoints, checkpoint_limit)
-        events = job.events[-event_limit:] if event_limit else []
+        history = sample_history(job.metric_history, limits[0])
+        checkpoints = kept_checkpoints(job.checkpoints, limits[1])
+        events = job.events[-limits[2] :] if limits[2] else []
         left_out = {
             "checkpoints": len(job.checkpoints) - len(checkpoints),
             "metric_history": len(job.metric_history) - len(history),
@@ -97,13 +120,20 @@ def bounded_job(job: TrainingJob, budget: int = RESULT_BYTES) -> TrainingJob:
                 "omitted": omitted,
             }
         )
-        if result_size(bounded) <= budget or (history_limit, checkpoint_limit, event_limit) == (0, 0, 0):
-            return job if not any(left_out.values()) else bounded
-        # shrink what grows with the run, the history and the checkpoints together, then the events
-        if history_limit or checkpoint_limit:
-            history_limit, checkpoint_limit = history_limit // 2, checkpoint_limit // 2
-        else:
-            event_limit //= 2
+        size = result_size(bounded)
+        if size <= budget:
+            return bounded
+        if not any(limits):
+            log.warning(
+                "Training job %s: its result is %d bytes even with its lists cut short (budget %d)",
+                job.id,
+                size,
+                budget,
+            )
+            return bounded
+        # shrink the history first (the platform keeps it whole), then the checkpoints, then the events
+        first = next(i for i, limit in enumerate(limits) if limit)
+        limits[first] //= 2
 
 
 def job_result(job: TrainingJob, **extra: Any) -> dict[str, Any]:

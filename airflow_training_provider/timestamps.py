@@ -31,6 +31,7 @@ from pydantic import BeforeValidator
 MILLIS_ABOVE = 1e11
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_SHORT_DIGITS = re.compile(r"\d{1,8}")
 _NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 _ISO = re.compile(
     r"(?P<y>\d{4})-(?P<mo>\d\d)-(?P<d>\d\d)"
@@ -47,8 +48,10 @@ def parse_timestamp(value: Any, *, unit: Literal["s", "ms"] = "s") -> datetime:
     * ISO-8601 text: ``2025-03-01T10:00:00Z``, a ``+08:00``, ``+0800`` or ``+08`` offset, no zone
       (read as UTC), a space instead of the ``T``, seconds or their fraction left out, any number
       of fractional digits (past 6, nanoseconds, cut to microseconds);
-    * an epoch number (``int``, ``float`` or the same as text): seconds, or milliseconds with
-      ``unit="ms"``; a number above :data:`MILLIS_ABOVE` is milliseconds either way;
+    * an epoch number (``int``, ``float`` or the same as text): its size decides, whatever the
+      platform documents (``unit``): above :data:`MILLIS_ABOVE` milliseconds, else seconds (a
+      platform documented as milliseconds that sends seconds is read right); text of 8 digits or
+      fewer (``"20250301"``, ``"2025"``) is a date written without separators, not a time: refused;
     * a ``datetime``: a naive one is UTC, an aware one is converted to UTC.
 
     :param value: the platform's value.
@@ -62,10 +65,12 @@ def parse_timestamp(value: Any, *, unit: Literal["s", "ms"] = "s") -> datetime:
     if isinstance(value, datetime):
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
     text = value.strip() if isinstance(value, str) else None
+    if text is not None and _SHORT_DIGITS.fullmatch(text):
+        raise ValueError(f"not a timestamp (a date without separators?): {value!r}"[:200])
     number = float(text) if text is not None and _NUMBER.fullmatch(text) else value
     try:
         if isinstance(number, int | float) and not isinstance(number, bool) and math.isfinite(number):
-            millis = unit == "ms" or abs(number) > MILLIS_ABOVE
+            millis = abs(number) > MILLIS_ABOVE
             return _EPOCH + (timedelta(milliseconds=number) if millis else timedelta(seconds=number))
         match = _ISO.fullmatch(text) if text is not None else None
         if match is not None:

@@ -40,6 +40,13 @@ from airflow.sdk import DAG, task
 
 from airflow_training_provider.operators.training_job import SubmitTrainingJobOperator
 
+
+def _accuracy(job: dict) -> float:
+    """The job's validation accuracy; a NaN one (the run diverged: "NaN" in XCom) counts as 0."""
+    value = float(job["metrics"].get("validation_accuracy", 0.0))
+    return value if value == value else 0.0
+
+
 REGISTRY_DIR = Path(os.environ.get("TRAINING_MODEL_REGISTRY", "/tmp/airflow-training-registry"))
 RUN = "{{ dag_run.run_after.strftime('%Y%m%d-%H%M%S') }}"
 """Per run: a new run starts from scratch, a retry of the same run resumes from its checkpoints."""
@@ -134,15 +141,15 @@ with DAG(
     def compare(jobs: list[dict]) -> dict:
         """The runs side by side; the best validation accuracy wins."""
         for job in jobs:
-            metrics = ", ".join(f"{k} {v:.4f}" for k, v in sorted(job["metrics"].items()))
+            metrics = ", ".join(f"{k} {float(v):.4f}" for k, v in sorted(job["metrics"].items()))
             print(f"{job['platform']:>10}  {job['id']}  {metrics}  model {job['artifacts'].get('model')}")
-        best = max(jobs, key=lambda job: job["metrics"].get("validation_accuracy", 0.0))
+        best = max(jobs, key=lambda job: _accuracy(job))  # a diverged run ("NaN") ranks last
         print(f"best: {best['platform']} job {best['id']}")
         return best
 
     @task
     def promote(best: dict, params: dict | None = None) -> dict | None:
-        accuracy = best["metrics"].get("validation_accuracy", 0.0)
+        accuracy = _accuracy(best)
         if accuracy < float(params["min_val_accuracy"]):
             print(f"not promoted: validation accuracy {accuracy:.4f} < {params['min_val_accuracy']}")
             return None

@@ -75,7 +75,7 @@ with DAG(
 
     @task.short_circuit
     def evaluate(job: dict, params: dict | None = None) -> bool:
-        accuracy = job["metrics"].get("validation:accuracy", 0.0)
+        accuracy = float(job["metrics"].get("validation:accuracy", 0.0))  # "NaN" if it diverged
         threshold = float(params["min_val_accuracy"])
         print(f"job {job['id']}: validation accuracy {accuracy:.4f} (threshold {threshold:.2f})")
         return accuracy >= threshold

@@ -23,6 +23,13 @@ from airflow.sdk import DAG, task
 
 from airflow_training_provider.operators.training_job import SubmitTrainingJobOperator
 
+
+def _accuracy(job: dict) -> float:
+    """The job's validation accuracy; a NaN one (the run diverged: "NaN" in XCom) counts as 0."""
+    value = float(job["metrics"].get("validation_accuracy", 0.0))
+    return value if value == value else 0.0
+
+
 CONN_ID = os.environ.get("TRAINING_CONN_ID", "tensorone_local")
 REGISTRY_DIR = Path(os.environ.get("TRAINING_MODEL_REGISTRY", "/tmp/airflow-training-registry"))
 SECONDS_PER_EPOCH = float(os.environ.get("TRAINING_SECONDS_PER_EPOCH", "0.3"))
@@ -66,7 +73,7 @@ with DAG(
         jobs = list(jobs)
         for job in jobs:
             print(f"job {job['id']}: validation accuracy {job['metrics'].get('validation_accuracy')}")
-        return max(jobs, key=lambda job: job["metrics"].get("validation_accuracy", 0.0))
+        return max(jobs, key=_accuracy)  # a diverged run ("NaN") ranks last
 
     @task
     def promote(job: dict) -> dict:

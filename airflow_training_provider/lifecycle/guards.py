@@ -8,7 +8,8 @@ after a triggerer restart:
   the metrics saved with each checkpoint), re-read from the platform whenever the job reports a
   new epoch: no state of its own to lose. A NaN or infinite value (a diverged epoch) never
   improves and is never the best, so a run that diverged stops after ``patience`` such epochs (the
-  best finite epoch's checkpoint is kept), also one that was never finite;
+  best finite epoch's checkpoint is kept); one that was never finite stops too, and its task fails
+  (there is no model to keep);
 * **budget** reads the job's cost (USD) at each poll (a NaN or infinite cost is no amount: the
   cost is unknown at that poll, ``models.Cost``, and the budget waits for the next finite one) and the rate two polls imply, and stops the
   job when, by the next poll and the stop after it, it would be over ``max_cost_usd``; where the platform reports no cost,
@@ -29,7 +30,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from airflow_training_provider.cancellation import Seconds
-from airflow_training_provider.json_values import is_finite, non_finite_name
+from airflow_training_provider.json_values import is_finite, json_value, non_finite_name
 from airflow_training_provider.models import Checkpoint, MetricPoint, TrainingJob
 from airflow_training_provider.platforms.base import Capabilities
 
@@ -166,7 +167,7 @@ def early_stop(rule: EarlyStopping, history: list[MetricPoint]) -> GuardStop | N
     now = f"now {value:.4f}" if is_finite(value) else f"now {non_finite_name(value)}: the run diverged"
     return GuardStop(
         guard="early_stopping",
-        succeed=True,
+        succeed=best is not None,  # a run never finite made no model to keep: the task fails
         reason=(
             f"early stopping: {rule.metric} has not improved for {since} epochs "
             + (f"(best {best[1]:.4f} at epoch {best[0]:g}, " if best else "(never finite, ")
@@ -292,7 +293,8 @@ def _progress_marker(job: TrainingJob) -> tuple | None:
     p = job.progress
     if p.epoch is not None:
         return (p.epoch,)
-    return None if p.step is None and p.percent is None else (p.step, p.percent)
+    # a NaN percent as its name: equal to the last poll's, so it is no progress
+    return None if p.step is None and p.percent is None else (p.step, json_value(p.percent))
 
 
 def best_checkpoint(stop: GuardStop, checkpoints: list[Checkpoint]) -> Checkpoint | None:

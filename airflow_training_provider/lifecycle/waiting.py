@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from airflow_training_provider.cancellation import CancelPolicy, GiveUp, Seconds
 from airflow_training_provider.errors import TrainingPlatformError, TransientPlatformError
+from airflow_training_provider.json_values import MESSAGE_CHARS, Message, bounded_text
 from airflow_training_provider.lifecycle.guards import Guards, GuardStop, GuardWatch, best_checkpoint
 from airflow_training_provider.lifecycle.operations import (
     JobOperations,
@@ -92,24 +93,24 @@ class DeadlineReached(_Outcome):
 
     status: Literal["timeout"] = "timeout"
     kind: DeadlineKind = "execution_timeout"
-    message: str
+    message: Message
     job: TrainingJob | None = None
     cancel: CancelResult | None = None
-    cancel_error: str | None = None
+    cancel_error: Message | None = None
 
 
 class LostContact(_Outcome):
     """Polls failed for longer than the outage budget; the job was left alone."""
 
     status: Literal["lost_contact"] = "lost_contact"
-    message: str
+    message: Message
 
 
 class PollFailed(_Outcome):
     """The platform refused a poll for good (e.g. the job is not found)."""
 
     status: Literal["error"] = "error"
-    message: str
+    message: Message
 
 
 class GuardStopped(_Outcome):
@@ -217,7 +218,7 @@ def wait_for_job(
     try:
         result = yield from ops.cancel_job(job_id, policy.request(why.value))
     except TrainingPlatformError as exc:  # the resumed task tries again
-        return outcome.model_copy(update={"cancel_error": str(exc)})
+        return outcome.model_copy(update={"cancel_error": bounded_text(str(exc), MESSAGE_CHARS)})
     if logs is not None:
         yield from _log_after_stop(ops, job_id, polling, policy, logs)
     return outcome.model_copy(update={"cancel": result})

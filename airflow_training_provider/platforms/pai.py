@@ -690,8 +690,8 @@ class PaiDialect(Dialect):
         return self.listed_jobs(WireList.model_validate(body or {}).TrainingJobs)[::-1]
 
     def parse_events(self, body: Any) -> list[JobEvent]:
-        """``{"Events": ["<time> [<type>] <text>", ...]}`` oldest first; a line in another shape is
-        kept whole as the message of an ``event``."""
+        """``{"Events": ["<time> [<type>] <text>", ...]}`` oldest first; a line in another shape (or
+        whose time does not read) is kept whole as the message of an ``event``."""
         events = []
         for line in WireEvents.model_validate(body or {}).Events:
             match = _EVENT_LINE.match(line.strip())
@@ -700,9 +700,12 @@ class PaiDialect(Dialect):
                 continue
             kind = match.group("type") or "event"
             level = "error" if re.search(r"fail|error", kind, re.IGNORECASE) else "info"
-            events.append(
-                JobEvent(type=kind, message=match.group("message"), level=level, created_at=match.group("at"))
-            )
+            try:
+                at = parse_timestamp(match.group("at"))
+            except ValueError:  # a prefix that only looks like a time: the line as it is
+                events.append(JobEvent(type="event", message=line))
+                continue
+            events.append(JobEvent(type=kind, message=match.group("message"), level=level, created_at=at))
         return events
 
     def parse_metrics(self, body: Any) -> list[MetricPoint]:
@@ -902,14 +905,13 @@ PLATFORM = PaiPlatformDescriptor(
 def _running_since(transitions: list[dict[str, Any]]) -> datetime | None:
     """When the job started training: the ``StartTime`` of its first ``Running`` status transition
     (GetTrainingJob ``StatusTransitions``), or ``None`` before it runs (no such transition, or its
-    ``StartTime`` empty).
-
-    :raises ValueError: that ``StartTime`` is not a time (:func:`parse_timestamp`): the answer (or
-        its row of a list) is malformed."""
+    ``StartTime`` empty) and where that ``StartTime`` is not a time (:func:`parse_timestamp`): an
+    informational field never blocks the job's answer (its state and result); the guards then
+    count from the first poll that saw the job running."""
     for transition in transitions:
         if transition.get("Status") == "Running" and transition.get("StartTime"):
             try:
                 return parse_timestamp(transition["StartTime"])
-            except ValueError as exc:
-                raise ValueError(f"field 'StatusTransitions.StartTime': {exc}") from exc
+            except ValueError:
+                return None
     return None

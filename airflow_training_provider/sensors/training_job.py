@@ -23,6 +23,7 @@ from airflow_training_provider.job_task import (
 )
 from airflow_training_provider.lifecycle.operations import LOG_PAGES_PER_POLL, LogFollow
 from airflow_training_provider.links import TrainingJobConsoleLink
+from airflow_training_provider.models import JobState
 from airflow_training_provider.progress import JobReport
 
 if TYPE_CHECKING:
@@ -156,5 +157,6 @@ class TrainingJobSensor(TrainingJobTaskMixin, BaseSensorOperator):
         if not job.is_terminal:
             return PokeReturnValue(is_done=False)
         job = self.hook.final_view(job)
-        self.publish_job(context, job)
+        self.publish_job(context, job, returned=job.state is JobState.SUCCEEDED)
+        self.note_diverged(job)
         return PokeReturnValue(is_done=True, xcom_value=job_outcome(job))

@@ -179,14 +179,22 @@ def training_job_view(
     current = try_number is None if shown is None else shown.try_number == facts.try_number
     ref = shown.ref if shown is not None else None
     platform_job = platform_error = None
-    if ref is not None and (ref.job is None or not ref.job.is_terminal):
+    # a job that may change, or one whose stored copy left part of its lists out (a long run): the
+    # platform's whole job, falling back to the stored one
+    if ref is not None and (ref.job is None or not ref.job.is_terminal or ref.job.omitted):
         platform_job, platform_error = ask_platform(ref)
     tries = [
         TrySummary(
             try_number=t.try_number,
             ti_state=t.ti_state,
             job_id=t.ref.job_id if t.ref else None,
-            job_state=t.ref.job.state.value if t.ref and t.ref.job else None,
+            job_state=(
+                t.ref.job.state.value
+                if t.ref and t.ref.job
+                else "succeeded"  # a try returned its job only when it succeeded
+                if t.ref and t.ref.job_in_return_value
+                else None
+            ),
         )
         for t in facts.tries.values()
     ]

@@ -172,6 +172,7 @@ def test_early_stopping_never_takes_a_nan_epoch_as_the_best_and_stops_a_diverged
     never = [MetricPoint(step=e, kind="epoch", epoch=e, values={"validation_loss": NAN}) for e in (1, 2)]
     stop = early_stop(rule, never)
     assert stop is not None and stop.best_epoch is None and "never finite" in stop.reason
+    assert stop.succeed is False  # no model to keep: the task fails
     assert as_stored(dump(stop))["metric_value"] == "NaN"
 
 
@@ -261,8 +262,8 @@ def test_many_metrics_per_point_shrink_the_history_until_the_result_fits():
     job = long_job(400, metrics_per_point=60)
     bounded = bounded_job(job)
     assert result_size(bounded) <= RESULT_BYTES
-    assert 0 < len(bounded.metric_history) < RESULT_HISTORY_POINTS
-    assert bounded.checkpoints[-1].kind == "final"
+    assert len(bounded.metric_history) < RESULT_HISTORY_POINTS  # the history goes first
+    assert bounded.checkpoints[-1].kind == "final" and bounded.checkpoints[-1].epoch == 400
     assert bounded.omitted["metric_history"] == 400 - len(bounded.metric_history)
     assert bounded_job(bounded).omitted == bounded.omitted  # bounding twice counts once
 
@@ -275,3 +276,39 @@ def test_the_best_checkpoint_is_kept_wherever_it_is():
     ]
     kept = bounded_job(job.model_copy(update={"checkpoints": checkpoints})).checkpoints
     assert [c.epoch for c in kept] == [7, *range(41, 51)]
+
+
+def test_a_cancel_s_nan_final_metrics_survive_the_trigger_event_and_a_huge_error_is_cut():
+    from airflow_training_provider.lifecycle.guards import GuardStop
+    from airflow_training_provider.lifecycle.waiting import GuardStopped, LostContact
+    from airflow_training_provider.models import CancelResult
+
+    cancel = CancelResult(
+        job_id="j",
+        state=JobState.CANCELLED,
+        final_metrics={"loss": NAN, "finalEpoch": 3, "trainingDuration": "44m"},
+    )
+    stopped = GuardStopped(
+        job_id="j",
+        job=TrainingJob(id="j", platform="tensorone", state=JobState.CANCELLED, raw_status="cancelled"),
+        stop=GuardStop(guard="early_stopping", succeed=True, reason="diverged", metric_value=NAN),
+        cancel=cancel,
+    )
+    payload = as_stored(outcome_payload(stopped))
+    assert payload["cancel"]["final_metrics"] == {"loss": "NaN", "finalEpoch": 3, "trainingDuration": "44m"}
+    assert payload["stop"]["metric_value"] == "NaN"
+    again = parse_outcome(payload)
+    assert again.cancel.final_metrics["finalEpoch"] == 3 and math.isnan(again.stop.metric_value)
+    lost = LostContact(job_id="j", message="404: " + "x" * 1_000_000)
+    assert len(json.dumps(as_stored(outcome_payload(lost)))) < MESSAGE_CHARS + 200
+
+
+def test_without_a_return_value_the_record_keeps_the_job():
+    op = SubmitTrainingJobOperator(
+        task_id="t", conn_id="no_such_connection", spec={"name": "n"}, do_xcom_push=False
+    )
+    context = task_context(op)
+    job = long_job(3)
+    op.execute_complete(context, as_stored(outcome_payload(JobFinished(job_id=job.id, job=job))))
+    record = context["ti"].xcoms["training_job"]
+    assert record["job_in_return_value"] is False and record["job"]["id"] == job.id

@@ -80,7 +80,10 @@ def test_every_form_reads_as_the_same_aware_utc_instant(value, expected):
 def test_milliseconds_where_the_platform_documents_them():
     assert parse_timestamp(1740823200000, unit="ms") == AT_10
     assert parse_timestamp("1740823200123", unit="ms") == AT_10.replace(microsecond=123000)
-    assert parse_timestamp(1740823200, unit="ms") == datetime(1970, 1, 21, 3, 33, 43, 200000, tzinfo=UTC)
+    assert parse_timestamp(1740823200, unit="ms") == AT_10  # seconds where ms are documented: its size says
+    for undated in ("20250301", "2025"):  # a date without separators, not a time
+        with pytest.raises(ValueError, match="not a timestamp"):
+            parse_timestamp(undated)
     assert parse_timestamp("2025-03-01T10:00:00Z", unit="ms") == AT_10  # text is text whatever the unit
 
 
@@ -258,7 +261,7 @@ def test_a_row_whose_time_does_not_read_is_a_malformed_row_left_out_alone(case, 
 
 
 # -- platform details --------------------------------------------------------------------------------
-def test_pai_running_since_reads_any_form_and_an_unreadable_one_is_a_malformed_row(caplog):
+def test_pai_running_since_reads_any_form_and_an_unreadable_one_is_not_known():
     dialect = PaiDialect()
     running = {
         **pa.JOB,
@@ -267,18 +270,20 @@ def test_pai_running_since_reads_any_form_and_an_unreadable_one_is_a_malformed_r
     assert dialect.parse_job(running).started_at == AT_10
     empty = {**pa.JOB, "StatusTransitions": [{"Status": "Running", "StartTime": ""}]}
     assert dialect.parse_job(empty).started_at is None  # not started: no time, as before
-    broken = {
-        **pa.JOB,
-        "TrainingJobId": "job-bad",
-        "StatusTransitions": [{"Status": "Running", "StartTime": "soon"}],
-    }
-    with caplog.at_level(logging.WARNING, logger=DIALECTS):
-        jobs = dialect.parse_list({"TrainingJobs": [running, broken], "TotalCount": 2})
-    assert [j.id for j in jobs] == [pa.JOB_ID]
-    (warning,) = [r.getMessage() for r in caplog.records if r.name == DIALECTS]
-    assert (
-        "'job-bad'" in warning and "field 'StatusTransitions.StartTime': not a timestamp: 'soon'" in warning
+    # an informational time that does not read never blocks the job's answer (its state, its result)
+    broken = {**pa.JOB, "StatusTransitions": [{"Status": "Running", "StartTime": "2025-03-01 10:00:00 CST"}]}
+    job = dialect.parse_job(broken)
+    assert job.started_at is None and job.state is not None
+
+
+def test_pai_an_event_line_whose_time_does_not_read_is_kept_as_it_is():
+    events = PaiDialect().parse_events(
+        {"Events": ["2025-03-01T1 job started by cron", "2025-03-01T10:00:01Z [Error] real failure"]}
     )
+    assert [(e.type, e.message, e.level) for e in events] == [
+        ("event", "2025-03-01T1 job started by cron", "info"),
+        ("Error", "real failure", "error"),
+    ]
 
 
 def test_pai_events_and_metrics_read_any_time_form_in_time_order():
