@@ -42,7 +42,7 @@ from airflow_training_provider.errors import TrainingPlatformError, TransientPla
 from airflow_training_provider.hooks.training import TrainingPlatformHook, WaitInterrupted
 from airflow_training_provider.hooks.transport import RetryPolicy
 from airflow_training_provider.identity import TaskIdentity
-from airflow_training_provider.json_values import dump
+from airflow_training_provider.json_values import dump, json_value
 from airflow_training_provider.lifecycle.guards import Guards
 from airflow_training_provider.lifecycle.operations import LogFollow
 from airflow_training_provider.lifecycle.waiting import (
@@ -409,7 +409,7 @@ class TrainingJobTaskMixin(_Host):
         ti.xcom_push(key=JOB_REF_XCOM_KEY, value=value)
         self.job_reference_published = True
         if job.console_url:
-            ti.xcom_push(key=TrainingJobConsoleLink().xcom_key, value=job.console_url)
+            ti.xcom_push(key=TrainingJobConsoleLink().xcom_key, value=json_value(job.console_url))
         store = context.get("task_state_store") if context else None
         if store is not None and ref.try_number is not None:
             # For people only: a failed write must not fail the task (the UI then falls back to XCom).

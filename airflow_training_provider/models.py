@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from airflow_training_provider.json_values import EventMessage, Message, is_finite
-from airflow_training_provider.timestamps import UtcDateTime
+from airflow_training_provider.timestamps import InformationalTime, UtcDateTime
 
 METRIC_HISTORY_POINTS = 100
 """Training rows asked for when a job's metric history is read (the platform samples them evenly);
@@ -76,7 +76,7 @@ class Checkpoint(_Model):
     kind: str | None = None
     path: str | None = None
     metrics: dict[str, float] = Field(default_factory=dict)
-    created_at: UtcDateTime | None = None
+    created_at: InformationalTime = None
 
 
 class Cost(_Model):
@@ -125,7 +125,7 @@ class JobEvent(_Model):
     type: str
     message: EventMessage = ""
     level: str = "info"
-    created_at: UtcDateTime | None = None
+    created_at: InformationalTime = None
 
 
 class TrainingJob(_Model):
@@ -195,8 +195,8 @@ class TrainingJob(_Model):
     events: list[JobEvent] = Field(default_factory=list)
     metric_history: list[MetricPoint] = Field(default_factory=list)
     created_at: UtcDateTime | None = None
-    started_at: UtcDateTime | None = None
-    updated_at: UtcDateTime | None = None
+    started_at: InformationalTime = None
+    updated_at: InformationalTime = None
     final_checkpoint_written: bool | None = None
     omitted: dict[str, int] = Field(default_factory=dict)
 

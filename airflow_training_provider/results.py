@@ -83,7 +83,8 @@ def kept_checkpoints(checkpoints: list[Checkpoint], limit: int) -> list[Checkpoi
 
 def result_size(job: TrainingJob) -> int:
     """Bytes of ``job``'s JSON as the task writes it (UTF-8, compact)."""
-    return len(json.dumps(dump(job), separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+    # ASCII-escaped, as Airflow writes JSON: a non-ASCII character counts its \uXXXX escape
+    return len(json.dumps(dump(job), separators=(",", ":")))
 
 
 def bounded_job(job: TrainingJob, budget: int = RESULT_BYTES) -> TrainingJob:

@@ -94,8 +94,8 @@ def _from_iso(match: re.Match[str]) -> datetime:
         int(part["d"]),
         int(part["h"] or 0),
         int(part["mi"] or 0),
-        int(part["s"] or 0),
-        int((part["f"] or "0")[:6].ljust(6, "0")),
+        min(int(part["s"] or 0), 59),  # a leap second (":60", RFC 3339) as its last microsecond
+        999999 if part["s"] == "60" else int((part["f"] or "0")[:6].ljust(6, "0")),
         tzinfo=tz,
     )
     return at.astimezone(UTC)
@@ -109,9 +109,35 @@ def _millis(value: Any) -> datetime:
     return parse_timestamp(value, unit="ms")
 
 
+#: a time before this is a platform's "unset" (Go's zero time ``0001-01-01``, epoch 0), not an instant
+UNSET_BEFORE = datetime(2000, 1, 1, tzinfo=UTC)
+
+
+def informational_time(value: Any, *, unit: Literal["s", "ms"] = "s") -> datetime | None:
+    """``value`` as :func:`parse_timestamp` reads it, or ``None`` where it says nothing: empty,
+    unreadable, or before :data:`UNSET_BEFORE` (a sentinel for "not yet"). For the times inside a
+    job's answer that only inform (when it started, its last change, a checkpoint's or an event's
+    time): one of them that does not read must not make the finished job's answer, hence its
+    result, unreadable, nor start a ``max_runtime`` clock in 0001. A job's creation time stays
+    strict (:data:`UtcDateTime`): the orphan reaper's ``min_age`` and list order need it."""
+    if value is None or value == "":
+        return None
+    try:
+        at = parse_timestamp(value, unit=unit)
+    except ValueError:
+        return None
+    return None if at < UNSET_BEFORE else at
+
+
 UtcDateTime = Annotated[datetime, BeforeValidator(_seconds)]
 """A pydantic field type: any form :func:`parse_timestamp` reads (epoch numbers in seconds), held as
 an aware UTC ``datetime``; anything else fails the model's validation, naming the field."""
 
 UtcDateTimeMs = Annotated[datetime, BeforeValidator(_millis)]
 """:data:`UtcDateTime` whose epoch numbers are milliseconds (ModelArts v2)."""
+
+InformationalTime = Annotated[datetime | None, BeforeValidator(informational_time)]
+"""An optional field type: :func:`informational_time` (``None`` when the value says nothing)."""
+
+InformationalTimeMs = Annotated[datetime | None, BeforeValidator(lambda v: informational_time(v, unit="ms"))]
+""":data:`InformationalTime` whose epoch numbers are documented as milliseconds (ModelArts v2)."""

@@ -268,7 +268,13 @@ def unknown_fields(model: BaseModel, path: str = "") -> Iterator[tuple[str, str,
 #: what a parser raises on an answer of another shape than the platform documents: ``ValueError``
 #: (pydantic's ``ValidationError`` and ``json``'s ``JSONDecodeError`` included), ``TypeError``,
 #: ``LookupError`` (``KeyError``, ``IndexError``) and ``AttributeError``.
-MALFORMED_ERRORS: tuple[type[Exception], ...] = (ValueError, TypeError, LookupError, AttributeError)
+MALFORMED_ERRORS: tuple[type[Exception], ...] = (
+    ValueError,
+    TypeError,
+    LookupError,
+    AttributeError,
+    OverflowError,  # int(float("inf")): an Infinity where a count belongs
+)
 
 
 def parse_answer(request: ApiRequest, parse: Callable[[Any], T], answer: Any, status: int | None = None) -> T:

@@ -78,7 +78,7 @@ from airflow_training_provider.portable import (
     refuse,
     stringify,
 )
-from airflow_training_provider.timestamps import UtcDateTime, UtcDateTimeMs
+from airflow_training_provider.timestamps import InformationalTime, InformationalTimeMs, UtcDateTimeMs
 
 PATH = "/training-jobs"
 SEARCH_PATH = "/training-job-searches"
@@ -146,7 +146,7 @@ class WireStatus(_Wire):
     phase: str = ""
     secondary_phase: str | None = None
     duration: int | None = None  # milliseconds
-    start_time: _Millis = None
+    start_time: InformationalTimeMs = None
     tasks: list[str] = Field(default_factory=list)
     task_statuses: list[WireTaskStatus] = Field(default_factory=list)
 
@@ -191,7 +191,7 @@ class WireSearch(_Wire):
 
 
 class WireEvent(_Wire):
-    time: UtcDateTime | None = None  # ISO-8601 text
+    time: InformationalTime = None  # ISO-8601 text
     level: str = "Info"
     message: str = ""
     source: str | None = None

@@ -80,7 +80,12 @@ from airflow_training_provider.portable import (
     refuse,
     stringify,
 )
-from airflow_training_provider.timestamps import UtcDateTime, parse_timestamp
+from airflow_training_provider.timestamps import (
+    InformationalTime,
+    UtcDateTime,
+    informational_time,
+    parse_timestamp,
+)
 
 API_VERSION = "2022-01-12"
 PATH = "/api/v1/trainingjobs"
@@ -180,7 +185,7 @@ class WireJob(_Wire):
     Duration: float | None = None
     # ISO-8601, "%Y-%m-%dT%H:%M:%SZ" (docs/platforms/pai.md, "The list's time window")
     GmtCreateTime: UtcDateTime | None = None
-    GmtModifiedTime: UtcDateTime | None = None
+    GmtModifiedTime: InformationalTime = None
     TrainingJobUrl: str | None = None
     StatusTransitions: list[dict[str, Any]] = Field(default_factory=list)
 
@@ -910,8 +915,5 @@ def _running_since(transitions: list[dict[str, Any]]) -> datetime | None:
     count from the first poll that saw the job running."""
     for transition in transitions:
         if transition.get("Status") == "Running" and transition.get("StartTime"):
-            try:
-                return parse_timestamp(transition["StartTime"])
-            except ValueError:
-                return None
+            return informational_time(transition["StartTime"])
     return None

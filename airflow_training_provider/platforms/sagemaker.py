@@ -82,7 +82,7 @@ from airflow_training_provider.portable import (
     refuse,
     stringify,
 )
-from airflow_training_provider.timestamps import UtcDateTime
+from airflow_training_provider.timestamps import InformationalTime, UtcDateTime
 
 TARGET_PREFIX = "SageMaker."
 CONTENT_TYPE = "application/x-amz-json-1.1"
@@ -175,14 +175,14 @@ _Wire = WireModel
 
 class WireTransition(_Wire):
     Status: str
-    StartTime: UtcDateTime | None = None
+    StartTime: InformationalTime = None
     EndTime: float | None = None
     StatusMessage: str | None = None
 
 
 class WireMetric(_Wire):
     MetricName: str
-    Value: float
+    Value: float | None = None  # null: no value (left out of the metrics)
     Timestamp: float | None = None
 
 
@@ -206,9 +206,9 @@ class WireJob(_Wire):
     StoppingCondition: dict[str, Any] | None = None
     # epoch seconds, boto's floats (docs/platforms/sagemaker.md, "The job (`DescribeTrainingJob`)")
     CreationTime: UtcDateTime | None = None
-    TrainingStartTime: UtcDateTime | None = None
+    TrainingStartTime: InformationalTime = None
     TrainingEndTime: float | None = None
-    LastModifiedTime: UtcDateTime | None = None
+    LastModifiedTime: InformationalTime = None
     SecondaryStatusTransitions: list[WireTransition] = Field(default_factory=list)
     FinalMetricDataList: list[WireMetric] = Field(default_factory=list)
     TrainingTimeInSeconds: float | None = None
@@ -668,7 +668,7 @@ class SageMakerDialect(Dialect):
             message = f"{secondary}: the job reached its StoppingCondition"
         if wire.TrainingJobStatus == "Deleting" and not message:
             message = "the training job is being deleted"
-        metrics = {m.MetricName: m.Value for m in wire.FinalMetricDataList}
+        metrics = {m.MetricName: m.Value for m in wire.FinalMetricDataList if m.Value is not None}
         checkpoints = []
         location = (wire.CheckpointConfig or {}).get("S3Uri")
         if location:

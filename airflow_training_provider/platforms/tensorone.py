@@ -9,12 +9,13 @@ unknown fields so a vendor adding fields never breaks a poll.
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import datetime
 from functools import lru_cache
 from typing import Any, ClassVar, Literal
 
-from pydantic import ConfigDict, Field, PositiveInt
+from pydantic import ConfigDict, Field, PositiveInt, ValidationError
 
 from airflow_training_provider.budget import ApiRates
 from airflow_training_provider.errors import InvalidJobSpecError
@@ -29,7 +30,7 @@ from airflow_training_provider.models import (
 from airflow_training_provider.platforms.base import ApiRequest, Capabilities, Dialect, StatusBatch, WireModel
 from airflow_training_provider.platforms.descriptor import PlatformDescriptor
 from airflow_training_provider.portable import Placement, PortableFineTuneSpec, merge_options, refuse
-from airflow_training_provider.timestamps import UtcDateTime
+from airflow_training_provider.timestamps import InformationalTime, UtcDateTime
 
 #: statuses of a job that has not ended (the coalesced status read's ``status`` filter)
 WAITING_STATUSES = ("queued", "initializing", "running", "paused", "cancelling")
@@ -61,13 +62,13 @@ class WireCheckpoint(_Wire):
     type: str | None = None
     downloadUrl: str | None = None
     path: str | None = None  # local-platform extension: the checkpoint file
-    createdAt: UtcDateTime | None = None
+    createdAt: InformationalTime = None
 
 
 class WireCosts(_Wire):
     currentCost: float | None = None
     estimatedTotalCost: float | None = None
-    costBreakdown: dict[str, float] = Field(default_factory=dict)
+    costBreakdown: dict[str, float | None] = Field(default_factory=dict)
 
 
 class WireTimestamps(_Wire):
@@ -76,8 +77,8 @@ class WireTimestamps(_Wire):
     :func:`~airflow_training_provider.timestamps.parse_timestamp`."""
 
     createdAt: UtcDateTime | None = None
-    startedAt: UtcDateTime | None = None
-    lastUpdated: UtcDateTime | None = None
+    startedAt: InformationalTime = None
+    lastUpdated: InformationalTime = None
 
 
 class WireJob(_Wire):
@@ -131,7 +132,7 @@ _NO_COSTS = WireCosts()
 
 
 class WireCancellationDetails(_Wire):
-    cancelledAt: UtcDateTime | None = None
+    cancelledAt: InformationalTime = None
     reason: str | None = None
     finalCheckpointCreated: bool | None = None
     finalCheckpointId: str | None = None
@@ -140,7 +141,7 @@ class WireCancellationDetails(_Wire):
 
 class WireCostSummary(_Wire):
     totalCost: float | None = None
-    costBreakdown: dict[str, float] = Field(default_factory=dict)
+    costBreakdown: dict[str, float | None] = Field(default_factory=dict)
     estimatedSavings: float | None = None
 
 
@@ -459,8 +460,15 @@ class TensorOneDialect(Dialect):
         return self._job(WirePoll.model_validate(body))
 
     def read_poll(self, raw: bytes | str) -> TrainingJob:
-        """:meth:`parse_poll` validating the raw body directly (no intermediate dicts)."""
-        return self._job(WirePoll.model_validate_json(raw))
+        """:meth:`parse_poll` validating the raw body directly (no intermediate dicts); a body
+        pydantic's JSON parser refuses but Python's reads (a lone surrogate escape, ``"\\udcff"``,
+        from text that was not UTF-8; the bare ``NaN`` token) is read through :mod:`json`."""
+        try:
+            return self._job(WirePoll.model_validate_json(raw))
+        except ValidationError as exc:
+            if not any(error["type"] == "json_invalid" for error in exc.errors()):
+                raise
+            return self._job(WirePoll.model_validate(json.loads(raw)))
 
     def _job(self, wire: WireJob | WirePoll) -> TrainingJob:
         progress = wire.progress or _NO_PROGRESS
@@ -493,7 +501,7 @@ class TensorOneDialect(Dialect):
                     "estimated_total_usd": estimated
                     if costs.estimatedTotalCost is None
                     else costs.estimatedTotalCost,
-                    "breakdown_usd": costs.costBreakdown,
+                    "breakdown_usd": {k: v for k, v in costs.costBreakdown.items() if v is not None},
                 },
                 "console_url": wire.consoleUrl,
             }
@@ -522,7 +530,10 @@ class TensorOneDialect(Dialect):
             if details.finalCheckpointCreated is not False
             else None,
             final_metrics=wire.finalMetrics,
-            cost=Cost(total_usd=summary.totalCost, breakdown_usd=summary.costBreakdown),
+            cost=Cost(
+                total_usd=summary.totalCost,
+                breakdown_usd={k: v for k, v in summary.costBreakdown.items() if v is not None},
+            ),
         )
 
     def parse_checkpoints(self, body: Any) -> list[Checkpoint]:

@@ -52,7 +52,7 @@ from airflow_training_provider.models import (
 from airflow_training_provider.platforms.base import ApiRequest, Capabilities, Dialect, StatusBatch, WireModel
 from airflow_training_provider.platforms.descriptor import PlatformDescriptor
 from airflow_training_provider.portable import Placement, PortableFineTuneSpec, merge_options
-from airflow_training_provider.timestamps import UtcDateTime, parse_timestamp
+from airflow_training_provider.timestamps import InformationalTime, UtcDateTime, parse_timestamp
 
 TAGS_KEY = "x_airflow_tags"
 """Create-body / job-object extension key carrying the identity tags (not a Together field)."""
@@ -87,7 +87,7 @@ class WireEvent(_Wire):
     """One fine-tune event. ``type`` and ``level`` come in lower or upper case."""
 
     object: str | None = None
-    created_at: UtcDateTime | None = None
+    created_at: InformationalTime = None
     message: str | None = ""
     type: str | None = ""
     level: str | None = ""
@@ -107,8 +107,8 @@ class WireJobTruncated(_Wire):
     status: str
     user_id: str | None = None
     created_at: UtcDateTime | None = None
-    updated_at: UtcDateTime | None = None
-    started_at: UtcDateTime | None = None  # "start of the current stage"
+    updated_at: InformationalTime = None
+    started_at: InformationalTime = None  # "start of the current stage"
     model: str | None = None
     model_output_name: str | None = None
     model_output_path: str | None = None
@@ -138,7 +138,7 @@ class WireJob(WireJobTruncated):
 
 class WireCheckpoint(_Wire):
     step: int | None = None
-    created_at: UtcDateTime | None = None
+    created_at: InformationalTime = None
     path: str | None = None
     checkpoint_type: str | None = None
     checkpoint: str | None = None

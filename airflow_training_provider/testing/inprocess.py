@@ -57,15 +57,20 @@ def as_stored(value: Any) -> Any:
     event in ``next_kwargs``: JSON, JSONB on PostgreSQL), read back.
 
     :raises ValueError: a value PostgreSQL refuses: NaN or ±Infinity (``invalid input syntax for
-        type json``), a NUL character (JSONB: ``unsupported Unicode escape sequence``)."""
+        type json``), a NUL character (JSONB: ``unsupported Unicode escape sequence``) or a lone
+        surrogate (``Unicode low surrogate must follow a high surrogate``)."""
     stored = json.loads(json.dumps(value, allow_nan=False))
-    if "\\u0000" in json.dumps(stored) and _has_nul(stored):
-        raise ValueError("a NUL character (\\u0000): PostgreSQL's JSONB refuses it")
+    if _has_nul(stored):
+        raise ValueError("a NUL character (\\u0000) or a lone surrogate: PostgreSQL's JSONB refuses it")
     return stored
 
 
 def _has_nul(value: Any) -> bool:
     if isinstance(value, str):
+        try:
+            value.encode("utf-8")  # a lone surrogate does not encode
+        except UnicodeEncodeError:
+            return True
         return "\x00" in value
     if isinstance(value, dict):
         return any(_has_nul(k) or _has_nul(v) for k, v in value.items())

@@ -143,9 +143,9 @@ def curves(history: list[MetricPoint]) -> dict[str, list[Curve]]:
                 name=name,
                 metric=metric,
                 points=[
-                    (float(p.epoch), float(p.values[metric]))
+                    (float(p.epoch or 0), float(p.values[metric]))  # is_finite: an epoch
                     for p in history
-                    if p.epoch is not None and is_finite(p.values.get(metric))
+                    if is_finite(p.epoch) and is_finite(p.values.get(metric))
                 ],
             )
             for name, metric in series

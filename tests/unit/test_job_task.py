@@ -158,7 +158,9 @@ def test_a_failed_try_keeps_its_bounded_job_in_its_record_or_none_when_too_big_f
     record = context["task_state_store"].get(try_record_key(1))
     assert record["job"]["id"] == "j1" and record["job_in_return_value"] is False
     assert len(record["job"]["metric_history"]) == 50 and record["job"]["omitted"] == {"metric_history": 450}
-    assert 3990 <= len(record["job"]["message"]) <= 4000 and record["job"]["message"].endswith("characters cut]")
+    assert 3990 <= len(record["job"]["message"]) <= 4000 and record["job"]["message"].endswith(
+        "characters cut]"
+    )
 
     monkeypatch.setenv("AIRFLOW__STATE_STORE__MAX_VALUE_STORAGE_BYTES", "2000")
     context = task_context(op, try_number=2)

@@ -312,3 +312,74 @@ def test_without_a_return_value_the_record_keeps_the_job():
     op.execute_complete(context, as_stored(outcome_payload(JobFinished(job_id=job.id, job=job))))
     record = context["ti"].xcoms["training_job"]
     assert record["job_in_return_value"] is False and record["job"]["id"] == job.id
+
+
+# -- what the attack on this change found (each: a finished job's answer stays readable) -----------
+def test_a_tensorone_poll_with_a_lone_surrogate_escape_is_read():
+    from airflow_training_provider.platforms.tensorone import TensorOneDialect
+
+    raw = (
+        b'{"jobId": "job_1", "status": "failed", "message": "b\'\\udcff\' is not UTF-8", "name": "r\\udce9"}'
+    )
+    job = TensorOneDialect().read_poll(raw)
+    assert job.state is JobState.FAILED and job.message == "b'\ufffd' is not UTF-8"
+    as_stored(dump(job))
+
+
+def test_an_informational_time_that_does_not_read_or_is_a_sentinel_is_unknown_not_a_broken_job():
+    from airflow_training_provider.platforms.tensorone import TensorOneDialect
+
+    body = {
+        "jobId": "job_1",
+        "status": "completed",
+        "timestamps": {
+            "createdAt": "2026-12-03T09:00:00Z",
+            "startedAt": "0001-01-01T00:00:00Z",  # Go's zero time: "not started", not year 1
+            "lastUpdated": "2026-12-03T10:00:00 UTC",
+        },
+        "checkpoints": [
+            {"checkpointId": "c1", "createdAt": "2026-12-31T23:59:60Z"},  # a leap second
+            {"checkpointId": "c2", "createdAt": "later"},
+        ],
+    }
+    job = TensorOneDialect().parse_job(body)
+    assert job.state is JobState.SUCCEEDED and job.started_at is None and job.updated_at is None
+    assert job.created_at == datetime(2026, 12, 3, 9, tzinfo=UTC)
+    assert job.checkpoints[0].created_at == datetime(2026, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
+    assert job.checkpoints[1].created_at is None
+
+
+def test_an_infinite_step_makes_the_metrics_answer_malformed_not_a_crash():
+    from airflow_training_provider.errors import MalformedResponseError
+    from airflow_training_provider.platforms.base import parse_answer
+    from airflow_training_provider.platforms.together import TogetherDialect
+
+    dialect = TogetherDialect()
+    request = dialect.metrics_request("ft-1")
+    with pytest.raises(MalformedResponseError):
+        parse_answer(
+            request, dialect.parse_metrics, {"metrics": [{"train/global_step": INF, "train/loss": NAN}]}
+        )
+
+
+def test_null_values_where_numbers_belong_are_left_out():
+    from airflow_training_provider.platforms.sagemaker import SageMakerDialect
+
+    body = {
+        "TrainingJobName": "t1",
+        "TrainingJobArn": "arn:aws:sagemaker:us-east-1:1:training-job/t1",
+        "TrainingJobStatus": "Completed",
+        "SecondaryStatus": "Completed",
+        "CreationTime": 1764752400.0,
+        "FinalMetricDataList": [{"MetricName": "loss", "Value": None}, {"MetricName": "acc", "Value": 0.9}],
+    }
+    job = SageMakerDialect().parse_job(body)
+    assert job.metrics == {"acc": 0.9}
+
+
+def test_a_console_link_with_nul_is_stored_cleaned():
+    op = SubmitTrainingJobOperator(task_id="t", conn_id="no_such_connection", spec={"name": "n"})
+    context = task_context(op)
+    job = long_job(2).model_copy(update={"console_url": "https://console/x\x00y"})
+    op.execute_complete(context, as_stored(outcome_payload(JobFinished(job_id=job.id, job=job))))
+    assert context["ti"].xcoms["_link_TrainingJobConsoleLink"] == "https://console/xy"
