@@ -467,7 +467,10 @@ class TrainingJobTaskMixin(_Host):
         what = platform_job(platform=self._platform_name(), job_id=outcome.job_id)
         decision = self.cancel_policy.decide(why)
         if decision.cancel:
-            self.cancel_and_report(outcome.job_id, why.value, context, confirm_until)
+            # the trigger's cancel, sent at the deadline, is this task's: a job it stopped before
+            # this resume was cancelled by the task, not found ended
+            sent = outcome.cancel is not None and not outcome.cancel.already_terminal
+            self.cancel_and_report(outcome.job_id, why.value, context, confirm_until, sent=sent)
             raise exception(f"{outcome.kind} reached; {what} was cancelled")
         raise exception(f"{outcome.kind} reached; {decision.reason} ({what})")
 
@@ -743,17 +746,27 @@ class TrainingJobTaskMixin(_Host):
 
     # -- giving up ---------------------------------------------------------------------------------
     def cancel_and_report(
-        self, job_id: str, reason: str, context: Context | None = None, confirm_until: float | None = None
+        self,
+        job_id: str,
+        reason: str,
+        context: Context | None = None,
+        confirm_until: float | None = None,
+        sent: bool = False,
     ) -> CancelResult:
         """Cancel ``job_id`` as the policy asks, wait (bounded: ``confirm_cancel_timeout`` seconds,
         and no later than ``confirm_until``, UNIX seconds) for the platform to confirm, log and
-        publish the result (XCom ``cancel_result``)."""
+        publish the result (XCom ``cancel_result``).
+
+        :param sent: this task's cancel was already sent (by its trigger, at the deadline): a job
+            found ended is one that cancel stopped (``already_terminal`` false)."""
         timeout = self.cancel_policy.confirm_timeout
         if confirm_until is not None:
             timeout = max(0.0, min(timeout, confirm_until - time.time()))
         result, job = self.hook.cancel_and_confirm(
             job_id, self.cancel_policy.request(reason), timeout, self.polling.confirm_interval
         )
+        if sent and result.already_terminal:
+            result = result.model_copy(update={"already_terminal": False})
         log_cancel(self.log, result, job)
         if context is not None:
             context["ti"].xcom_push(key="cancel_result", value=dump(result))
