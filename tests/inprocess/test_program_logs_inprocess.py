@@ -300,11 +300,12 @@ def test_the_sensor_in_poke_mode_streams_the_jobs_lines_too(capfd, caplog):
     assert written == [line for line in expected() if not line.startswith("connecting with password")]
     # nor does the UI: the sensor's record shows no lines, the same job's submit record shows them masked
     from airflow_training_provider.links import JobReference
+    from airflow_training_provider.models import TrainingJob
     from airflow_training_provider.ui.app import NOT_SHOWN_WITHOUT_SPEC, ask_program_log
 
     ref = JobReference.model_validate(sensor_ctx["ti"].xcoms["training_job"])
-    assert ref.spec_known is False
-    log = ask_program_log(ref, ref.job)
+    assert ref.spec_known is False and ref.job is None and ref.job_in_return_value  # not repeated
+    log = ask_program_log(ref, TrainingJob.model_validate(result))
     assert log is not None and log.lines == [] and log.note == NOT_SHOWN_WITHOUT_SPEC
 
 
