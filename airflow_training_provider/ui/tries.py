@@ -141,34 +141,24 @@ def read_task_instance(dag_id: str, run_id: str, task_id: str, map_index: int) -
         records = read_try_records(
             dag_id, run_id, task_id, map_index, list(range(1, max([current, *states]) + 1)), session
         )
-        row = session.scalars(
-            XComModel.get_many(
-                run_id=run_id,
-                key=JOB_REF_XCOM_KEY,
-                dag_ids=dag_id,
-                task_ids=task_id,
-                map_indexes=map_index,
-                limit=1,
-            )
-        ).first()
-        xcom_ref = _as_ref(XComModel.deserialize_value(row)) if row is not None else None
+
+        def xcom(key: str) -> Any:
+            """The task instance's current XCom ``key``, deserialized (``None``: there is none)."""
+            row = session.scalars(
+                XComModel.get_many(
+                    run_id=run_id, key=key, dag_ids=dag_id, task_ids=task_id, map_indexes=map_index, limit=1
+                )
+            ).first()
+            return XComModel.deserialize_value(row) if row is not None else None
+
+        xcom_ref = _as_ref(stored) if (stored := xcom(JOB_REF_XCOM_KEY)) is not None else None
         tries = merge_tries(states, records, xcom_ref, current)
         if (
             (facts := tries.get(current)) is not None
             and facts.ref is not None
             and facts.ref.job_in_return_value
         ):
-            returned = session.scalars(
-                XComModel.get_many(
-                    run_id=run_id,
-                    key="return_value",
-                    dag_ids=dag_id,
-                    task_ids=task_id,
-                    map_indexes=map_index,
-                    limit=1,
-                )
-            ).first()
-            job = _as_job(XComModel.deserialize_value(returned)) if returned is not None else None
+            job = _as_job(xcom("return_value"))
             tries[current] = replace(facts, ref=facts.ref.model_copy(update={"job": job}))
     return TaskInstanceFacts(
         state=_state(ti.state),

@@ -16,9 +16,9 @@ from airflow_training_devel.killpaths.flavors import FLAVORS
 from airflow_training_provider.operators.training_job import SubmitTrainingJobOperator
 from airflow_training_provider.testing.inprocess import run_task, task_context
 
-#: the platforms whose jobs report the built-in trainer's metrics through their API (ModelArts
-#: reports none: its metrics come from the program's log, for a portable spec's regexes)
-REPORTING = sorted(name for name in FLAVORS if name != "modelarts")
+#: the platforms whose jobs report the built-in trainer's metrics through their API (the flavors'
+#: reports_metrics: ModelArts reads its metrics from the program's log, for a portable spec's regexes)
+REPORTING = sorted(name for name, flavor in FLAVORS.items() if flavor.reports_metrics)
 
 
 def diverging(platform: str, deferrable: bool) -> SubmitTrainingJobOperator:
